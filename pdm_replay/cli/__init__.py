@@ -1,0 +1,17 @@
+"""Command-line interface: a thin Typer layer over the library.
+
+One module per command group; each registers its commands on :data:`app`.
+"""
+
+from __future__ import annotations
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli import validate as _validate  # noqa: F401  (registers commands)
+from pdm_replay.cli import masks as _masks  # noqa: F401
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,185 @@
+"""Read rollout/v1 logs in bounded-memory record batches and flatten them to per-token arrays.
+
+A log is one Parquet file or a directory of them (hidden files and temp files skipped).
+
+Examples
+--------
+>>> from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+>>> import tempfile, pathlib
+>>> path = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "log.parquet",
+...                            SyntheticLogConfig(n_samples=3, response_len=5))
+>>> meta = read_meta(path)
+>>> flat = next(iter_flat_tokens(path))
+>>> flat.topk_ids.shape[0] == 15, meta.top_k == flat.topk_ids.shape[1]
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pdm_replay.schema import RolloutMeta
+
+PAD_ID = -1
+DEFAULT_BATCH_ROWS = 2048
+
+
+def list_parquet_files(path: Path | str) -> list[Path]:
+    """The Parquet files of a log: ``path`` itself, or every ``*.parquet`` below it, sorted."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    files = sorted(p for p in path.rglob("*.parquet")
+                   if not any(part.startswith(".") for part in p.relative_to(path).parts))
+    if not files:
+        raise FileNotFoundError(f"{path}: directory holds no .parquet files")
+    return files
+
+
+def read_meta(path: Path | str) -> RolloutMeta:
+    """Footer metadata of a log; every file of a directory must agree on vocab and K."""
+    files = list_parquet_files(path)
+    metas = [RolloutMeta.from_metadata(pq.read_schema(f).metadata, str(f)) for f in files]
+    first = metas[0]
+    for f, m in zip(files[1:], metas[1:]):
+        if (m.vocab_size, m.topk_convention) != (first.vocab_size, first.topk_convention):
+            raise ValueError(f"{f}: vocab_size/topk_convention {m.vocab_size}/"
+                             f"{m.topk_convention} differ from {files[0]} "
+                             f"({first.vocab_size}/{first.topk_convention}); split the log")
+    return first
+
+
+def available_columns(path: Path | str) -> set[str]:
+    return set(pq.read_schema(list_parquet_files(path)[0]).names)
+
+
+def iter_record_batches(path: Path | str, columns: Sequence[str] | None = None,
+                        batch_rows: int = DEFAULT_BATCH_ROWS
+                        ) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
+    """Yield ``(file, first_row_index_in_file, batch)``; memory is bounded by ``batch_rows``."""
+    for f in list_parquet_files(path):
+        pf = pq.ParquetFile(f)
+        cols = [c for c in columns if c in pf.schema_arrow.names] if columns else None
+        row = 0
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
+            yield f, row, batch
+            row += batch.num_rows
+
+
+def pad_ragged(lists: pa.Array, fill: float | int, dtype: np.dtype,
+               width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pad a ``list<x>`` array of N rows to ``(N, width)``; returns (padded, lengths).
+
+    Null rows count as empty. ``width`` defaults to the longest row.
+    """
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+    lengths = lengths.astype(np.int64)
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    n = len(lengths)
+    width = int(lengths.max(initial=0)) if width is None else width
+    out = np.full((n, width), fill, dtype=dtype)
+    if values.size:
+        rows = np.repeat(np.arange(n), lengths)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        cols = np.arange(values.size) - starts
+        keep = cols < width
+        out[rows[keep], cols[keep]] = values[keep]
+    return out, lengths
+
+
+def flat_values(lists: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:
+    """Concatenate a ``list<x>`` column's values into one 1-D array."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    return pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+@dataclass
+class FlatTokens:
+    """Every response position of a record batch as flat arrays; N tokens, K top-K slots.
+
+    ``topk_*`` are padded with ``PAD_ID`` / ``-inf``; ``row`` indexes the batch's rows.
+    """
+
+    sample_id: np.ndarray  # (N,) object
+    step: np.ndarray  # (N,) int64
+    row: np.ndarray  # (N,) int64
+    pos: np.ndarray  # (N,) int32
+    token_id: np.ndarray  # (N,) int64
+    advantage: np.ndarray  # (N,) float64
+    logp_behavior: np.ndarray  # (N,) float64
+    loss_mask: np.ndarray  # (N,) bool
+    topk_ids: np.ndarray  # (N, K) int64
+    topk_logprobs: np.ndarray  # (N, K) float64
+    train_logprobs: np.ndarray | None  # (N,) float64
+    train_topk_logprobs: np.ndarray | None  # (N, K) float64
+
+    def __len__(self) -> int:
+        return len(self.token_id)
+
+    def select(self, keep: np.ndarray) -> "FlatTokens":
+        """Rows where ``keep`` (N,) bool is True."""
+        return FlatTokens(**{k: (v[keep] if v is not None else None)
+                             for k, v in self.__dict__.items()})
+
+
+def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
+    """Flatten one record batch of rollout/v1 rows into :class:`FlatTokens`.
+
+    Assumes per-token lengths agree (``validate`` checks that); ragged top-K rows are padded.
+    """
+    lengths = pc.list_value_length(batch.column("response_ids")).to_numpy(zero_copy_only=False)
+    lengths = np.nan_to_num(lengths.astype(float)).astype(np.int64)
+    n = int(lengths.sum())
+    row = np.repeat(np.arange(batch.num_rows), lengths)
+    pos = (np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)).astype(np.int32)
+    names = batch.schema.names
+
+    def per_token(name: str, dtype: np.dtype) -> np.ndarray:
+        return flat_values(batch.column(name), dtype)
+
+    topk_ids, _ = pad_ragged(pc.list_flatten(batch.column("topk_ids")), PAD_ID, np.int64)
+    k = topk_ids.shape[1]
+    topk_lp, _ = pad_ragged(pc.list_flatten(batch.column("topk_logprobs")), -np.inf,
+                            np.float64, width=k)
+    topk_lp[topk_ids == PAD_ID] = -np.inf
+    train_topk = None
+    if "train_topk_logprobs" in names and batch.column("train_topk_logprobs").null_count == 0:
+        train_topk, _ = pad_ragged(pc.list_flatten(batch.column("train_topk_logprobs")),
+                                   -np.inf, np.float64, width=k)
+        train_topk[topk_ids == PAD_ID] = -np.inf
+    has_train = "train_logprobs" in names and batch.column("train_logprobs").null_count == 0
+    loss_mask = np.ones(n, dtype=bool)
+    if "loss_mask" in names and n:
+        # A null loss_mask row means "all positions are loss tokens".
+        padded, _ = pad_ragged(batch.column("loss_mask"), True, np.bool_,
+                               width=int(lengths.max()))
+        loss_mask = padded[row, pos]
+    sample_ids = np.asarray(batch.column("sample_id").to_pylist(), dtype=object)
+    steps = batch.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
+    return FlatTokens(
+        sample_id=sample_ids[row], step=steps[row], row=row, pos=pos,
+        token_id=per_token("response_ids", np.int64),
+        advantage=per_token("advantages", np.float64),
+        logp_behavior=per_token("behavior_logprobs", np.float64),
+        loss_mask=loss_mask, topk_ids=topk_ids, topk_logprobs=topk_lp,
+        train_logprobs=per_token("train_logprobs", np.float64) if has_train else None,
+        train_topk_logprobs=train_topk)
+
+
+def iter_flat_tokens(path: Path | str, columns: Sequence[str] | None = None,
+                     batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[FlatTokens]:
+    """Flattened tokens of every record batch of a log, in file order."""
+    for _, _, batch in iter_record_batches(path, columns, batch_rows):
+        yield flatten_batch(batch)

@@ -1,0 +1,235 @@
+"""Arrow schemas of the three data contracts (SPEC §5): the single source of truth.
+
+``schemas/*.json`` is generated from this module by ``python -m pdm_replay.schema``;
+``tests/test_schema.py`` fails when the two drift.
+
+Examples
+--------
+>>> from pdm_replay.schema import ROLLOUT_V1, required_rollout_columns
+>>> ROLLOUT_V1.field("topk_ids").type
+ListType(list<item: list<item: int32>>)
+>>> "response_ids" in required_rollout_columns()
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+
+ROLLOUT_SCHEMA_ID = "rollout/v1"
+TOKENS_SCHEMA_ID = "tokens/v1"
+UPDATES_SCHEMA_ID = "updates/v1"
+SCHEMA_KEY = "pdm_replay.schema"
+CONVENTIONS = ("plus_sampled", "replace_last")
+LOGPROBS_MODES = ("raw", "processed")
+
+_I32 = pa.int32()
+_F32 = pa.float32()
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a data contract: Arrow type, whether required, meaning."""
+
+    name: str
+    type: pa.DataType
+    required: str  # "yes", "no", "replay" (needed by replay only)
+    doc: str
+
+    def arrow_field(self) -> pa.Field:
+        return pa.field(self.name, self.type, nullable=self.required != "yes",
+                        metadata={"doc": self.doc, "required": self.required})
+
+
+ROLLOUT_COLUMNS: tuple[Column, ...] = (
+    Column("sample_id", pa.string(), "yes", "unique per row"),
+    Column("step", pa.int64(), "yes", "trainer step (policy version) of this rollout batch"),
+    Column("group_id", pa.string(), "no", "prompt group (GRPO)"),
+    Column("prompt_ids", pa.list_(_I32), "replay", "prompt tokens"),
+    Column("response_ids", pa.list_(_I32), "yes", "sampled tokens k_t, length T"),
+    Column("advantages", pa.list_(_F32), "yes", "advantage A_t, length T"),
+    Column("behavior_logprobs", pa.list_(_F32), "yes", "log mu(k_t)"),
+    Column("topk_ids", pa.list_(pa.list_(_I32)), "yes", "mu's top-K ids per position"),
+    Column("topk_logprobs", pa.list_(pa.list_(_F32)), "yes", "log mu at topk_ids"),
+    Column("loss_mask", pa.list_(pa.bool_()), "no", "default all True"),
+    Column("train_logprobs", pa.list_(_F32), "no", "log pi_theta(k_t) recomputed by the trainer"),
+    Column("train_topk_logprobs", pa.list_(pa.list_(_F32)), "no", "log pi_theta at topk_ids"),
+    Column("reward", _F32, "no", "sequence reward"),
+)
+
+# Per-token columns of a rollout row: each holds one entry per response position.
+PER_TOKEN_COLUMNS = ("response_ids", "advantages", "behavior_logprobs", "topk_ids",
+                     "topk_logprobs", "loss_mask", "train_logprobs", "train_topk_logprobs")
+
+
+def _f64(name: str, doc: str, required: str = "yes") -> Column:
+    return Column(name, pa.float64(), required, doc)
+
+
+TOKEN_BASE_COLUMNS: tuple[Column, ...] = (
+    Column("sample_id", pa.string(), "yes", "rollout sample id"),
+    Column("step", pa.int64(), "yes", "trainer step of the rollout"),
+    Column("pos", pa.int32(), "yes", "response position t"),
+    Column("token_id", pa.int32(), "yes", "sampled token k"),
+    _f64("advantage", "advantage A_t"),
+    _f64("logp_behavior", "log mu(k)"),
+    _f64("logp_train", "log pi(k)"),
+    _f64("ratio", "importance ratio r = pi_k / mu_k"),
+    Column("support_size", pa.int32(), "yes", "m = |S|, S = unique(topk_ids + {k})"),
+    _f64("mu_tail", "behaviour mass outside S, clamped to [0, 1]"),
+    _f64("pi_tail", "training mass outside S"),
+    _f64("kl_topk", "top-K KL(mu||pi), aggregated tail"),
+    _f64("tv_topk", "top-K total variation"),
+    _f64("kl_binary", "binary KL over {k, rest}"),
+    _f64("tv_binary", "|mu_k - pi_k|"),
+    _f64("dkl_local", "local term pi_k - mu_k of dD_kl/deta"),
+    _f64("dkl_agg", "dD_kl/deta, aggregated-tail estimator"),
+    _f64("dkl_uniform", "dD_kl/deta, uniform-tail estimator"),
+    _f64("dtv_agg", "dD_tv/deta, aggregated-tail estimator"),
+    _f64("dtv_uniform", "dD_tv/deta, uniform-tail estimator"),
+    Column("mass_overflow", pa.bool_(), "yes", "logged top-K mu mass exceeded 1 + tolerance"),
+)
+
+TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
+    Column("seed", pa.int64(), "replay", "replay seed (replay output only)"),
+    _f64("kl_exact", "full-vocabulary KL(mu||pi) (behaviour checkpoint given)", "replay"),
+    _f64("dkl_exact", "full-vocabulary dD_kl/deta (behaviour checkpoint given)", "replay"),
+)
+
+UPDATE_COLUMNS: tuple[Column, ...] = (
+    Column("seed", pa.int64(), "yes", "replay seed"),
+    Column("update_mask", pa.string(), "yes", "mask used for the simulated step"),
+    Column("sample_id", pa.string(), "yes", "rollout sample id"),
+    Column("pos", pa.int32(), "yes", "response position t"),
+    Column("kept", pa.bool_(), "yes", "token kept by update_mask"),
+    _f64("logp_post", "log pi_post(k)"),
+    _f64("kl_topk_post", "top-K KL after the step"),
+    _f64("tv_topk_post", "top-K TV after the step"),
+    _f64("delta_kl_topk", "kl_topk_post - kl_topk"),
+    _f64("delta_tv_topk", "tv_topk_post - tv_topk"),
+    _f64("delta_logp", "logp_post - logp_train"),
+    _f64("kl_exact_post", "exact KL after the step", "replay"),
+    _f64("delta_kl_exact", "kl_exact_post - kl_exact", "replay"),
+)
+
+
+def keep_column(mask_name: str) -> str:
+    """Name of the tokens/v1 column holding ``mask_name``'s decision."""
+    return f"keep_{mask_name}"
+
+
+def _schema(columns: Iterable[Column], schema_id: str) -> pa.Schema:
+    return pa.schema([c.arrow_field() for c in columns], metadata={SCHEMA_KEY: schema_id})
+
+
+ROLLOUT_V1 = _schema(ROLLOUT_COLUMNS, ROLLOUT_SCHEMA_ID)
+UPDATES_V1 = _schema(UPDATE_COLUMNS, UPDATES_SCHEMA_ID)
+
+
+def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
+                  exact: bool = False) -> pa.Schema:
+    """tokens/v1 for the given masks; ``replay`` adds ``seed``, ``exact`` the exact columns."""
+    cols = list(TOKEN_BASE_COLUMNS)
+    if replay:
+        cols.insert(0, TOKEN_REPLAY_COLUMNS[0])
+    if exact:
+        cols.extend(TOKEN_REPLAY_COLUMNS[1:])
+    cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")
+                for m in mask_names)
+    return _schema(cols, TOKENS_SCHEMA_ID)
+
+
+def required_rollout_columns() -> tuple[str, ...]:
+    return tuple(c.name for c in ROLLOUT_COLUMNS if c.required == "yes")
+
+
+@dataclass(frozen=True)
+class RolloutMeta:
+    """Footer metadata of a rollout/v1 file (SPEC §5)."""
+
+    vocab_size: int
+    top_k: int
+    topk_convention: str = "plus_sampled"
+    logprobs_mode: str = "raw"
+    tokenizer: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k_sampling: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        md = {SCHEMA_KEY: ROLLOUT_SCHEMA_ID, "vocab_size": str(self.vocab_size),
+              "top_k": str(self.top_k), "topk_convention": self.topk_convention,
+              "logprobs_mode": self.logprobs_mode}
+        for key in ("tokenizer", "temperature", "top_p", "top_k_sampling"):
+            value = getattr(self, key)
+            if value is not None:
+                md[key] = str(value)
+        md.update(self.extra)
+        return {k.encode(): v.encode() for k, v in md.items()}
+
+    @classmethod
+    def from_metadata(cls, md: dict[bytes, bytes] | None, source: str) -> "RolloutMeta":
+        """Parse footer metadata; raises ``ValueError`` naming ``source`` when it is unusable."""
+        md = {k.decode(): v.decode() for k, v in (md or {}).items()}
+        if md.get(SCHEMA_KEY) != ROLLOUT_SCHEMA_ID:
+            raise ValueError(f"{source}: footer metadata {SCHEMA_KEY}={md.get(SCHEMA_KEY)!r}, "
+                             f"expected {ROLLOUT_SCHEMA_ID!r}; write the log with "
+                             "pdm_replay.io.write_rollouts or `pdm-replay ingest`")
+        missing = [k for k in ("vocab_size", "top_k") if k not in md]
+        if missing:
+            raise ValueError(f"{source}: footer metadata lacks {', '.join(missing)}")
+        conv, mode = md.get("topk_convention", "plus_sampled"), md.get("logprobs_mode", "raw")
+        if conv not in CONVENTIONS or mode not in LOGPROBS_MODES:
+            raise ValueError(f"{source}: topk_convention={conv!r} / logprobs_mode={mode!r}; "
+                             f"expected one of {CONVENTIONS} / {LOGPROBS_MODES}")
+        known = {"vocab_size", "top_k", "topk_convention", "logprobs_mode", "tokenizer",
+                 "temperature", "top_p", "top_k_sampling", SCHEMA_KEY}
+        opt = lambda k, f: f(md[k]) if md.get(k) not in (None, "", "None") else None  # noqa: E731
+        return cls(vocab_size=int(md["vocab_size"]), top_k=int(md["top_k"]),
+                   topk_convention=conv, logprobs_mode=mode, tokenizer=md.get("tokenizer"),
+                   temperature=opt("temperature", float), top_p=opt("top_p", float),
+                   top_k_sampling=opt("top_k_sampling", int),
+                   extra={k: v for k, v in md.items() if k not in known})
+
+    @property
+    def truncated_sampler(self) -> bool:
+        """True when the sampler renormalised over a truncated set (top-p < 1 or top-k > 0)."""
+        return (self.top_p is not None and self.top_p < 1.0) or bool(self.top_k_sampling)
+
+
+def schema_document(schema: pa.Schema) -> dict:
+    """JSON-serialisable description of ``schema`` (what ``schemas/*.json`` holds)."""
+    def field_doc(f: pa.Field) -> dict:
+        md = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
+        return {"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                "required": md.get("required", "yes"), "doc": md.get("doc", "")}
+    return {"schema": schema.metadata[SCHEMA_KEY.encode()].decode(),
+            "fields": [field_doc(f) for f in schema]}
+
+
+def schema_documents() -> dict[str, dict]:
+    """File name -> document for every contract in ``schemas/``."""
+    return {"rollout_v1.json": schema_document(ROLLOUT_V1),
+            "tokens_v1.json": schema_document(tokens_schema([], replay=True, exact=True)),
+            "updates_v1.json": schema_document(UPDATES_V1)}
+
+
+def write_schema_files(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, doc in schema_documents().items():
+        path = directory / name
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        out.append(path)
+    return out
+
+
+if __name__ == "__main__":
+    for p in write_schema_files(Path(__file__).resolve().parent.parent / "schemas"):
+        print(p)

@@ -1,0 +1,64 @@
+"""Log-only token metrics: flattened rollout tokens -> tokens/v1 rows (no model needed).
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from pdm_replay.fixtures import write_synthetic_log
+>>> from pdm_replay.io.reader import iter_flat_tokens
+>>> from pdm_replay.masks import Thresholds, build_masks
+>>> p = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "l.parquet", n_samples=2,
+...                         response_len=3, vocab_size=40, top_k=4)
+>>> flat = next(iter_flat_tokens(p))
+>>> table = token_table(flat, log_stats(flat, 40), build_masks(["none"], Thresholds()))
+>>> table.num_rows, table.column("keep_none").to_pylist()
+(6, [True, True, True, True, True, True])
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from pdm_replay.io.reader import FlatTokens
+from pdm_replay.masks import Mask, apply_masks
+from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.support import build_support, gather_support_logprobs, reduce_pair
+from pdm_replay.schema import tokens_schema
+
+TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
+
+
+def log_stats(flat: FlatTokens, vocab_size: int) -> TokenStats:
+    """Token statistics from logged µ and logged π (log-only mode). N = ``len(flat)``."""
+    if flat.train_logprobs is None or flat.train_topk_logprobs is None:
+        raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
+    t = torch.from_numpy
+    support = build_support(t(flat.token_id), t(flat.topk_ids))
+    lmu = gather_support_logprobs(support, t(flat.logp_behavior), t(flat.topk_logprobs))
+    lpi = gather_support_logprobs(support, t(flat.train_logprobs), t(flat.train_topk_logprobs))
+    return token_stats(reduce_pair(support, lmu, lpi), t(flat.advantage), vocab_size)
+
+
+def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], *,
+                extra: Mapping[str, np.ndarray] | None = None, seed: int | None = None
+                ) -> pa.Table:
+    """tokens/v1 rows for the loss tokens of ``flat`` (``loss_mask`` True).
+
+    ``extra`` adds columns (e.g. ``kl_exact``); ``seed`` adds the replay ``seed`` column.
+    """
+    keep = apply_masks(dict(masks), stats)
+    sel = flat.loss_mask
+    cols: dict[str, np.ndarray] = {"sample_id": flat.sample_id[sel], "step": flat.step[sel],
+                                   "pos": flat.pos[sel], "token_id": flat.token_id[sel]}
+    cols.update({k: v.numpy()[sel] for k, v in stats.as_dict().items()})
+    cols.update({k: v[sel] for k, v in (extra or {}).items()})
+    cols.update({f"keep_{k}": v.numpy()[sel] for k, v in keep.items()})
+    if seed is not None:
+        cols["seed"] = np.full(int(sel.sum()), seed, dtype=np.int64)
+    schema = tokens_schema(masks, replay=seed is not None,
+                           exact=bool(extra and "kl_exact" in extra))
+    return pa.table({f.name: pa.array(cols[f.name], type=f.type) for f in schema},
+                    schema=schema)
