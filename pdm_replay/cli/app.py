@@ -10,6 +10,7 @@ app = typer.Typer(
     "Typical flow: ingest -> validate -> masks (log only) or replay (checkpoint) -> report "
     "-> dashboard. Every command has --help.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_enable=False,
 )

@@ -1,0 +1,84 @@
+"""``pdm-replay masks``: log-only divergences and mask decisions for every token."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import pyarrow.parquet as pq
+import typer
+from rich.table import Table
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.io.reader import list_parquet_files
+from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
+
+MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
+
+
+def parse_mask_list(text: Optional[str]) -> list[str] | None:
+    """``"a,b"`` -> ``["a", "b"]``; None/empty -> None (all masks)."""
+    if not text:
+        return None
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def threshold_options(eps: float, eps_low: float, eps_high: float, delta_kl: float,
+                      delta_tv: float) -> Thresholds:
+    return Thresholds(eps=eps, eps_low=eps_low, eps_high=eps_high, delta_kl=delta_kl,
+                      delta_tv=delta_tv)
+
+
+def print_summary(summary: MasksSummary, seconds: float) -> None:
+    t = Table(title=f"{summary.tokens} tokens -> {summary.out} ({seconds:.1f} s)")
+    t.add_column("mask")
+    t.add_column("keep fraction", justify="right")
+    t.add_column("masked tokens", justify="right")
+    for name, frac in summary.keep_fraction.items():
+        t.add_row(name, f"{frac:.4f}", str(round((1 - frac) * summary.tokens)))
+    console.print(t)
+    for fam, n in summary.out_of_region.items():
+        console.print(f"out of region ({fam.upper()} > δ): {n} tokens")
+    for key, n in summary.disagreements.items():
+        console.print(f"ratio vs predictive disagreements ({key}): {n} tokens")
+    console.print(f"mass overflow (logged top-K mass > 1): {summary.mass_overflow} tokens")
+
+
+@app.command()
+def masks(
+    log: Path = typer.Argument(..., help="Rollout log with train_logprobs and "
+                               "train_topk_logprobs (file or directory)."),
+    out: Path = typer.Option(..., "--out", "-o", help="tokens/v1 Parquet file to write."),
+    mask_names: Optional[str] = typer.Option(None, "--masks", help=MASK_NAMES_HELP),
+    delta_kl: float = typer.Option(0.15, "--delta-kl", help="δ of the KL trust region."),
+    delta_tv: float = typer.Option(0.15, "--delta-tv", help="δ of the TV trust region."),
+    eps: float = typer.Option(0.2, "--eps", help="ε of ppo_clip."),
+    eps_low: float = typer.Option(0.2, "--eps-low", help="ε_low of clip_higher."),
+    eps_high: float = typer.Option(0.28, "--eps-high", help="ε_high of clip_higher."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
+                                             help="n for the uniform-tail estimators "
+                                             "(default: the log's footer)."),
+    batch_rows: int = typer.Option(4096, "--batch-rows", min=1,
+                                   help="Samples per record batch (bounds memory)."),
+) -> None:
+    """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
+    predictive, aggregated and uniform tail) and every mask's keep decision, from the
+    logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
+    """
+    cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
+                      thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
+                      vocab_size=vocab_size, batch_rows=batch_rows)
+    try:
+        total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
+        start = time.perf_counter()
+        with progress_bar("masks", total, "samples") as bar:
+            def tick(rows: int, tokens: int) -> None:
+                rate = f"{tokens / max(time.perf_counter() - start, 1e-9):,.0f} tok/s"
+                bar.update(bar.task_ids[0], completed=rows, rate=rate)
+            summary = run_masks(cfg, on_progress=tick)
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    print_summary(summary, time.perf_counter() - start)

@@ -1,0 +1,135 @@
+"""Log-only mode: every token's divergences and every mask's decision, streamed to tokens/v1.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from pdm_replay.fixtures import write_synthetic_log
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> log = write_synthetic_log(d / "log.parquet", n_samples=8)
+>>> summary = run_masks(MasksConfig(log=log, out=d / "tokens.parquet"))
+>>> summary.tokens, summary.keep_fraction["none"]
+(128, 1.0)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pdm_replay.io.atomic import AtomicParquetWriter
+from pdm_replay.io.reader import available_columns, iter_record_batches, flatten_batch, read_meta
+from pdm_replay.masks import MASKS, Thresholds, build_masks, resolve_names
+from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, tokens_schema
+from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
+
+THRESHOLDS_KEY = "pdm_replay.thresholds"
+
+
+@dataclass(frozen=True)
+class MasksConfig:
+    """Options of ``pdm-replay masks`` (1:1 with the CLI)."""
+
+    log: Path
+    out: Path
+    masks: Sequence[str] | None = None  # None = every registered mask
+    thresholds: Thresholds = Thresholds()
+    vocab_size: int | None = None  # None = from the log's footer
+    batch_rows: int = 4096
+
+
+@dataclass
+class MasksSummary:
+    """What a ``masks`` run found; printed by the CLI."""
+
+    out: Path
+    tokens: int = 0
+    keep_fraction: dict[str, float] = field(default_factory=dict)
+    out_of_region: dict[str, int] = field(default_factory=dict)  # family -> count
+    disagreements: dict[str, int] = field(default_factory=dict)  # "kl/agg" -> count
+    mass_overflow: int = 0
+
+
+def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """``(family, estimator, ratio_mask, predictive_mask)`` for registered pairs in ``names``."""
+    pairs = []
+    for name in names:
+        spec = MASKS[name]
+        ratio = f"dppo_topk_{spec.family}"
+        if spec.direction == "predictive" and ratio in names:
+            pairs.append((spec.family, spec.estimator, ratio, name))
+    return pairs
+
+
+def _check_train_columns(log: Path) -> None:
+    missing = [c for c in TRAIN_COLUMNS if c not in available_columns(log)]
+    if missing:
+        raise ValueError(f"{log}: log-only `masks` needs {', '.join(missing)} (the training "
+                         "policy's log-probs); log them in the trainer, or run `pdm-replay "
+                         "replay` with the checkpoint to recompute them")
+
+
+def _check_batch_has_train(batch: pa.RecordBatch, file: Path, first: int) -> None:
+    for name in TRAIN_COLUMNS:
+        nulls = batch.column(name).is_null().to_numpy(zero_copy_only=False)
+        if nulls.any():
+            i = int(np.flatnonzero(nulls)[0])
+            sid = batch.column("sample_id")[i].as_py()
+            raise ValueError(f"{file}: sample {sid!r} (row {first + i}) has no {name}; "
+                             "every row needs train log-probs in log-only mode")
+
+
+def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
+                pairs: list[tuple[str, str, str, str]]) -> None:
+    summary.tokens += table.num_rows
+    cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names
+            if n.startswith("keep_") or n in ("kl_topk", "tv_topk", "mass_overflow")}
+    for name in keeps:
+        keeps[name] += int(cols[f"keep_{name}"].sum())
+    region = {"kl": cols["kl_topk"] > cfg.thresholds.delta_kl,
+              "tv": cols["tv_topk"] > cfg.thresholds.delta_tv}
+    for fam, sel in region.items():
+        summary.out_of_region[fam] = summary.out_of_region.get(fam, 0) + int(sel.sum())
+    for fam, est, ratio, pred in pairs:
+        key = f"{fam}/{est}"
+        differ = region[fam] & (cols[f"keep_{ratio}"] != cols[f"keep_{pred}"])
+        summary.disagreements[key] = summary.disagreements.get(key, 0) + int(differ.sum())
+    summary.mass_overflow += int(cols["mass_overflow"].sum())
+
+
+def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None
+              ) -> MasksSummary:
+    """Stream the log, write tokens/v1 to ``cfg.out`` atomically, return the summary.
+
+    ``on_progress(rows_done, tokens_done)`` is called after each record batch.
+    """
+    names = resolve_names(cfg.masks)
+    meta = read_meta(cfg.log)
+    _check_train_columns(cfg.log)
+    vocab = cfg.vocab_size or meta.vocab_size
+    masks = build_masks(names, cfg.thresholds)
+    schema = tokens_schema(names).with_metadata({
+        "pdm_replay.schema": "tokens/v1", THRESHOLDS_KEY: json.dumps(asdict(cfg.thresholds)),
+        "vocab_size": str(vocab), "source_log": str(cfg.log)})
+    summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
+    keeps.update({n: 0 for n in names})
+    columns = [c.name for c in ROLLOUT_COLUMNS if c.name in ("sample_id", "step")
+               or c.name in PER_TOKEN_COLUMNS]
+    rows = 0
+    with AtomicParquetWriter(cfg.out, schema) as writer:
+        for file, first, batch in iter_record_batches(cfg.log, columns, cfg.batch_rows):
+            _check_batch_has_train(batch, file, first)
+            flat = flatten_batch(batch)
+            table = token_table(flat, log_stats(flat, vocab), masks)
+            writer.write(table)
+            _accumulate(summary, table, keeps, cfg, pairs)
+            rows += batch.num_rows
+            if on_progress:
+                on_progress(rows, summary.tokens)
+    summary.keep_fraction = {n: keeps[n] / max(summary.tokens, 1) for n in names}
+    return summary
