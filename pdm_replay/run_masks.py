@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.reader import available_columns, iter_record_batches, flatten_batch, read_meta
+from pdm_replay.io.reader import FlatTokens, available_columns, iter_record_batches, read_meta
 from pdm_replay.masks import MASKS, Thresholds, build_masks, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
+from pdm_replay.validate import ValidationReport, check_batch
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 
@@ -84,6 +85,16 @@ def _check_batch_has_train(batch: pa.RecordBatch, file: Path, first: int) -> Non
                              "every row needs train log-probs in log-only mode")
 
 
+def _checked(batch: pa.RecordBatch, file: Path, first: int, vocab: int,
+             seen: set[str]) -> FlatTokens | None:
+    """Flatten ``batch`` after the ``validate`` checks; the first problem raises."""
+    report = ValidationReport(str(file), max_errors=1)
+    flat = check_batch(batch, str(file), first, vocab, report, seen)
+    if not report.ok:
+        raise ValueError(f"{report.errors[0]}; run `pdm-replay validate` for every problem")
+    return flat
+
+
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
                 pairs: list[tuple[str, str, str, str]]) -> None:
     summary.tokens += table.num_rows
@@ -120,11 +131,13 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     keeps.update({n: 0 for n in names})
     columns = [c.name for c in ROLLOUT_COLUMNS if c.name in ("sample_id", "step")
                or c.name in PER_TOKEN_COLUMNS]
-    rows = 0
+    rows, seen = 0, set()
     with AtomicParquetWriter(cfg.out, schema) as writer:
         for file, first, batch in iter_record_batches(cfg.log, columns, cfg.batch_rows):
             _check_batch_has_train(batch, file, first)
-            flat = flatten_batch(batch)
+            flat = _checked(batch, file, first, vocab, seen)
+            if flat is None:
+                continue
             table = token_table(flat, log_stats(flat, vocab), masks)
             writer.write(table)
             _accumulate(summary, table, keeps, cfg, pairs)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pdm_replay.io.reader import (PAD_ID, flatten_batch, iter_record_batches,
+from pdm_replay.io.reader import (PAD_ID, FlatTokens, flatten_batch, iter_record_batches,
                                   list_parquet_files)
 from pdm_replay.math.support import MASS_TOLERANCE
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
@@ -143,9 +143,9 @@ def _inner_lengths(batch: pa.RecordBatch, name: str) -> np.ndarray:
     return pc.fill_null(pc.list_value_length(flat), 0).to_numpy(zero_copy_only=False)
 
 
-def _token_checks(batch: pa.RecordBatch, vocab: int) -> dict[str, tuple[np.ndarray, str]]:
-    """Per-token error masks ``(N,)`` with a message template, for one clean batch."""
-    flat = flatten_batch(batch)
+def _token_checks(batch: pa.RecordBatch, flat: FlatTokens, vocab: int
+                  ) -> dict[str, tuple[np.ndarray, str]]:
+    """Per-token error masks ``(N,)`` with a message, for one batch of length-clean rows."""
     ids, lp = flat.topk_ids, flat.topk_logprobs
     pad = ids == PAD_ID
     real_lp = np.where(pad, 0.0, lp)
@@ -183,8 +183,9 @@ def _has_duplicates(ids: np.ndarray) -> np.ndarray:
     return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] != PAD_ID)).any(1)
 
 
-def _validate_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
-                    report: ValidationReport, seen: set[str]) -> None:
+def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
+                report: ValidationReport, seen: set[str]) -> FlatTokens | None:
+    """Check one record batch into ``report``; returns the flattened length-clean rows."""
     report.samples += batch.num_rows
     sids = batch.column("sample_id").to_pylist()
     for i, sid in enumerate(sids):
@@ -196,7 +197,7 @@ def _validate_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int
     good = _row_lengths(batch, file, first_row, report)
     batch = batch.filter(pa.array(good))
     if batch.num_rows == 0:
-        return
+        return None
     flat = flatten_batch(batch)
     report.tokens += len(flat)
     report.steps.update(batch.column("step").to_numpy(zero_copy_only=False).tolist())
@@ -206,13 +207,14 @@ def _validate_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int
     mass = np.exp(np.where(flat.topk_ids == PAD_ID, -np.inf, flat.topk_logprobs)).sum(1)
     report.masses.append(mass.astype(np.float32))
     report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
-    for kind, (bad, msg) in _token_checks(batch, vocab).items():
+    for kind, (bad, msg) in _token_checks(batch, flat, vocab).items():
         idx = np.flatnonzero(bad)
         room = max(report.max_errors - len(report.errors), 0)
         for i in idx[:room]:
             report.add(Problem(file, flat.sample_id[i], int(flat.pos[i]), kind, msg))
         if len(idx) > room:
             report.error_counts[kind] += len(idx) - room
+    return flat
 
 
 def validate_log(path: Path | str, *, max_errors: int = 50,
@@ -237,7 +239,7 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
         if not _check_columns(schema, str(f), report):
             continue
         for _, first, batch in iter_record_batches(f, batch_rows=batch_rows):
-            _validate_batch(batch, str(f), first, meta.vocab_size, report, seen)
+            check_batch(batch, str(f), first, meta.vocab_size, report, seen)
     if report.meta and report.meta.truncated_sampler and report.meta.logprobs_mode == "processed":
         report.warning_counts["truncated-sampler"] += 1
     return report

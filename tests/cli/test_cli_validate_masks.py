@@ -1,0 +1,39 @@
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from pdm_replay.cli import app
+
+runner = CliRunner()
+
+
+def test_validate_clean_exit_0(small_log: Path) -> None:
+    res = runner.invoke(app, ["validate", str(small_log)])
+    assert res.exit_code == 0, res.output
+    assert "OK" in res.output and "samples" in res.output
+
+
+def test_validate_errors_exit_1(tmp_path: Path, small_log: Path) -> None:
+    t = pq.read_table(small_log).drop_columns(["advantages"])
+    pq.write_table(t, tmp_path / "x.parquet")
+    res = runner.invoke(app, ["validate", str(tmp_path / "x.parquet")])
+    assert res.exit_code == 1 and "missing-column" in res.output
+
+
+def test_masks_cli_writes_tokens_and_prints_summary(tmp_path: Path, small_log: Path) -> None:
+    out = tmp_path / "t.parquet"
+    res = runner.invoke(app, ["masks", str(small_log), "--out", str(out), "--masks",
+                              "none,dppo_topk_kl,pdm_kl_agg", "--delta-kl", "0.01"])
+    assert res.exit_code == 0, res.output
+    assert "pdm_kl_agg" in res.output and "disagreements (kl/agg)" in res.output
+    assert pl.read_parquet(out).columns[-3:] == ["keep_none", "keep_dppo_topk_kl",
+                                                 "keep_pdm_kl_agg"]
+
+
+def test_masks_cli_bad_mask_is_clear_error(tmp_path: Path, small_log: Path) -> None:
+    res = runner.invoke(app, ["masks", str(small_log), "--out", str(tmp_path / "t.parquet"),
+                              "--masks", "ppo,none"])
+    assert res.exit_code == 2 and "unknown mask(s) ppo" in res.output
+    assert not (tmp_path / "t.parquet").exists()

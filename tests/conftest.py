@@ -1,0 +1,24 @@
+"""Shared fixtures: small synthetic rollout logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+
+
+@pytest.fixture
+def small_log(tmp_path: Path) -> Path:
+    """8 samples x 6 tokens, vocab 50, K 5, with train log-probs and prompts."""
+    cfg = SyntheticLogConfig(n_samples=8, response_len=6, vocab_size=50, top_k=5,
+                             mismatch=1.0)
+    return write_synthetic_log(tmp_path / "log.parquet", cfg)
+
+
+@pytest.fixture
+def small_rows(small_log: Path) -> list[dict]:
+    """The rows of ``small_log`` as Python dicts, for building bad logs."""
+    return pq.read_table(small_log).to_pylist()

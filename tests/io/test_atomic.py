@@ -1,0 +1,23 @@
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pdm_replay.io.atomic import AtomicParquetWriter, write_table_atomic
+
+
+def test_exception_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "out.parquet"
+    with pytest.raises(RuntimeError):
+        with AtomicParquetWriter(target, pa.schema([("x", pa.int64())])) as w:
+            w.write(pa.table({"x": [1]}))
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replaces_existing_file_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "out.parquet"
+    write_table_atomic(target, pa.table({"x": [1]}))
+    write_table_atomic(target, pa.table({"x": [2, 3]}))
+    assert pa.parquet.read_table(target).column("x").to_pylist() == [2, 3]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]

@@ -1,0 +1,69 @@
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.io.reader import (flatten_batch, iter_flat_tokens, iter_record_batches,
+                                  list_parquet_files, pad_ragged, read_meta)
+from pdm_replay.io.rollouts import write_rollouts
+from pdm_replay.schema import RolloutMeta
+
+
+def test_pad_ragged_handles_nulls_and_width() -> None:
+    arr = pa.array([[1, 2, 3], None, [4]], type=pa.list_(pa.int32()))
+    out, lengths = pad_ragged(arr, -1, np.int64)
+    assert out.tolist() == [[1, 2, 3], [-1, -1, -1], [4, -1, -1]]
+    assert lengths.tolist() == [3, 0, 1]
+    out, _ = pad_ragged(arr, -1, np.int64, width=2)
+    assert out.tolist() == [[1, 2], [-1, -1], [4, -1]]
+
+
+def test_ragged_and_padded_topk_give_same_tokens(tmp_path: Path) -> None:
+    meta = RolloutMeta(vocab_size=10, top_k=3)
+    base = {"sample_id": "a", "step": 1, "response_ids": [4, 5], "advantages": [1.0, -1.0],
+            "behavior_logprobs": [-0.5, -1.0]}
+    ragged = dict(base, topk_ids=[[4, 1, 2], [5]], topk_logprobs=[[-0.5, -1.5, -2.0], [-1.0]])
+    padded = dict(base, topk_ids=[[4, 1, 2], [5, -1, -1]],
+                  topk_logprobs=[[-0.5, -1.5, -2.0], [-1.0, float("-inf"), float("-inf")]])
+    a = flatten_batch(next(iter_record_batches(write_rollouts(tmp_path / "a.parquet",
+                                                              [ragged], meta)))[2])
+    b = flatten_batch(next(iter_record_batches(write_rollouts(tmp_path / "b.parquet",
+                                                              [padded], meta)))[2])
+    np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+    np.testing.assert_array_equal(a.topk_logprobs, b.topk_logprobs)
+    assert a.pos.tolist() == [0, 1] and a.sample_id.tolist() == ["a", "a"]
+
+
+def test_directory_log_is_read_in_bounded_batches(tmp_path: Path) -> None:
+    cfg = SyntheticLogConfig(n_samples=10, response_len=3, vocab_size=30, top_k=4)
+    write_synthetic_log(tmp_path / "log" / "part-0.parquet", cfg)
+    write_synthetic_log(tmp_path / "log" / "part-1.parquet", cfg, seed=1)
+    (tmp_path / "log" / ".part-2.parquet.123.tmp").write_bytes(b"half-written")
+    assert [p.name for p in list_parquet_files(tmp_path / "log")] == ["part-0.parquet",
+                                                                     "part-1.parquet"]
+    batches = list(iter_record_batches(tmp_path / "log", batch_rows=4))
+    assert [b.num_rows for _, _, b in batches] == [4, 4, 2, 4, 4, 2]
+    assert [first for _, first, _ in batches] == [0, 4, 8, 0, 4, 8]
+    assert sum(len(f) for f in iter_flat_tokens(tmp_path / "log", batch_rows=4)) == 60
+    assert read_meta(tmp_path / "log").vocab_size == 30
+
+
+def test_loss_mask_null_row_means_all_true(tmp_path: Path) -> None:
+    meta = RolloutMeta(vocab_size=10, top_k=1)
+    row = {"step": 0, "response_ids": [1, 2], "advantages": [1.0, 1.0],
+           "behavior_logprobs": [-1.0, -1.0], "topk_ids": [[1], [2]],
+           "topk_logprobs": [[-1.0], [-1.0]]}
+    p = write_rollouts(tmp_path / "l.parquet", [dict(row, sample_id="a", loss_mask=[True, False]),
+                                                dict(row, sample_id="b")], meta)
+    flat = next(iter_flat_tokens(p))
+    assert flat.loss_mask.tolist() == [True, False, True, True]
+
+
+def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        list_parquet_files(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no .parquet"):
+        list_parquet_files(tmp_path / "empty")

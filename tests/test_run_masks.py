@@ -1,0 +1,53 @@
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.run_masks import THRESHOLDS_KEY, MasksConfig, run_masks
+
+
+def test_output_matches_summary_and_footer(tmp_path: Path, small_log: Path) -> None:
+    out = tmp_path / "tokens.parquet"
+    th = Thresholds(delta_kl=0.05, delta_tv=0.1)
+    s = run_masks(MasksConfig(log=small_log, out=out, thresholds=th, batch_rows=3))
+    df = pl.read_parquet(out)
+    assert df.height == s.tokens == 48
+    assert [c for c in df.columns if c.startswith("keep_")] == [f"keep_{m}" for m in MASKS]
+    for name, frac in s.keep_fraction.items():
+        assert frac == pytest.approx(df[f"keep_{name}"].mean())
+    kl_out = df.filter(pl.col("kl_topk") > 0.05)
+    assert s.out_of_region["kl"] == kl_out.height > 0
+    assert s.disagreements["kl/agg"] == kl_out.filter(
+        pl.col("keep_dppo_topk_kl") != pl.col("keep_pdm_kl_agg")).height
+    md = pq.read_schema(out).metadata
+    assert json.loads(md[THRESHOLDS_KEY.encode()])["delta_kl"] == 0.05
+    # ratio column really is pi_k / mu_k
+    assert (df["ratio"] - (df["logp_train"] - df["logp_behavior"]).exp()).abs().max() < 1e-12
+
+
+def test_loss_mask_false_tokens_are_not_written(tmp_path: Path, small_log: Path,
+                                                small_rows: list[dict]) -> None:
+    from pdm_replay.io.reader import read_meta
+    from pdm_replay.io.rollouts import write_rollouts
+    small_rows[0]["loss_mask"] = [True, False, True, False, True, False]
+    log = write_rollouts(tmp_path / "lm.parquet", small_rows, read_meta(small_log))
+    s = run_masks(MasksConfig(log=log, out=tmp_path / "t.parquet", masks=["none"]))
+    assert s.tokens == 45
+    assert pl.read_parquet(tmp_path / "t.parquet").filter(
+        pl.col("sample_id") == small_rows[0]["sample_id"])["pos"].to_list() == [0, 2, 4]
+
+
+def test_missing_train_columns_named(tmp_path: Path, small_log: Path) -> None:
+    t = pq.read_table(small_log).drop_columns(["train_logprobs", "train_topk_logprobs"])
+    pq.write_table(t, tmp_path / "notrain.parquet")
+    with pytest.raises(ValueError, match="needs train_logprobs, train_topk_logprobs"):
+        run_masks(MasksConfig(log=tmp_path / "notrain.parquet", out=tmp_path / "o.parquet"))
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_unknown_mask_rejected(tmp_path: Path, small_log: Path) -> None:
+    with pytest.raises(ValueError, match="unknown mask"):
+        run_masks(MasksConfig(log=small_log, out=tmp_path / "o.parquet", masks=["nope"]))
