@@ -25,11 +25,13 @@ import pyarrow as pa
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import FlatTokens, available_columns, iter_record_batches, read_meta
 from pdm_replay.masks import MASKS, Thresholds, build_masks, resolve_names
-from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, tokens_schema
+from pdm_replay.schema import PER_TOKEN_COLUMNS, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
+TOKEN_CHUNK = 1 << 16  # tokens per metrics pass: ~11 MB per (N, K+1) float64 temporary
+MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class MasksConfig:
     masks: Sequence[str] | None = None  # None = every registered mask
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
-    batch_rows: int = 4096
+    batch_rows: int = 512
 
 
 @dataclass
@@ -129,18 +131,19 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
         "vocab_size": str(vocab), "source_log": str(cfg.log)})
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
     keeps.update({n: 0 for n in names})
-    columns = [c.name for c in ROLLOUT_COLUMNS if c.name in ("sample_id", "step")
-               or c.name in PER_TOKEN_COLUMNS]
     rows, seen = 0, set()
     with AtomicParquetWriter(cfg.out, schema) as writer:
-        for file, first, batch in iter_record_batches(cfg.log, columns, cfg.batch_rows):
+        for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS,
+                                                         cfg.batch_rows):
             _check_batch_has_train(batch, file, first)
             flat = _checked(batch, file, first, vocab, seen)
             if flat is None:
                 continue
-            table = token_table(flat, log_stats(flat, vocab), masks)
-            writer.write(table)
-            _accumulate(summary, table, keeps, cfg, pairs)
+            for start in range(0, len(flat), TOKEN_CHUNK):  # bounds the torch temporaries
+                part = flat.select(slice(start, start + TOKEN_CHUNK))
+                table = token_table(part, log_stats(part, vocab), masks)
+                writer.write(table)
+                _accumulate(summary, table, keeps, cfg, pairs)
             rows += batch.num_rows
             if on_progress:
                 on_progress(rows, summary.tokens)

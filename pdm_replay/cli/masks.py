@@ -61,7 +61,7 @@ def masks(
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),
-    batch_rows: int = typer.Option(4096, "--batch-rows", min=1,
+    batch_rows: int = typer.Option(512, "--batch-rows", min=1,
                                    help="Samples per record batch (bounds memory)."),
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and

@@ -10,8 +10,8 @@ Examples
 ...                            SyntheticLogConfig(n_samples=3, response_len=5))
 >>> meta = read_meta(path)
 >>> flat = next(iter_flat_tokens(path))
->>> flat.topk_ids.shape[0] == 15, meta.top_k == flat.topk_ids.shape[1]
-(True, True)
+>>> flat.topk_ids.shape[0], flat.topk_ids.shape[1] in (meta.top_k, meta.top_k + 1)
+(15, True)
 """
 
 from __future__ import annotations
@@ -75,27 +75,61 @@ def iter_record_batches(path: Path | str, columns: Sequence[str] | None = None,
             row += batch.num_rows
 
 
-def pad_ragged(lists: pa.Array, fill: float | int, dtype: np.dtype,
-               width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class RaggedIndex:
+    """Where each value of a ``list<x>`` array of N rows lands in an ``(N, width)`` grid."""
+
+    offsets: np.ndarray  # (N + 1,) int64, from 0
+    lengths: np.ndarray  # (N,) int64
+    flat_pos: np.ndarray  # (total,) int64 positions in the raveled grid (-1: dropped)
+    width: int
+
+    @classmethod
+    def of(cls, lists: pa.Array, width: int | None = None) -> "RaggedIndex":
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        lengths = lengths.astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        width = int(lengths.max(initial=0)) if width is None else width
+        n, total = len(lengths), int(offsets[-1])
+        if total == n * width:  # rectangular: the common case, no scatter needed
+            return cls(offsets, lengths, np.arange(total), width)
+        cols = np.arange(total) - np.repeat(offsets[:-1], lengths)
+        pos = np.repeat(np.arange(n) * width, lengths) + cols
+        return cls(offsets, lengths, np.where(cols < width, pos, -1), width)
+
+    def pad(self, values: np.ndarray, fill: float | int, dtype: np.dtype) -> np.ndarray:
+        """Scatter the flat ``values`` into an ``(N, width)`` array filled with ``fill``."""
+        n = len(self.lengths)
+        if len(self.flat_pos) == n * self.width:
+            return values.astype(dtype, copy=False).reshape(n, self.width)
+        out = np.full(n * self.width, fill, dtype=dtype)
+        keep = self.flat_pos >= 0
+        out[self.flat_pos[keep]] = values[keep]
+        return out.reshape(n, self.width)
+
+
+def _list_values(lists: pa.Array) -> np.ndarray:
+    return pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+
+
+def pad_ragged(lists: pa.Array | pa.ChunkedArray, fill: float | int, dtype: np.dtype,
+               width: int | None = None, index: RaggedIndex | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Pad a ``list<x>`` array of N rows to ``(N, width)``; returns (padded, lengths).
 
-    Null rows count as empty. ``width`` defaults to the longest row.
+    Null rows count as empty. ``width`` defaults to the longest row. ``index`` reuses the
+    layout of another column with the same offsets (checked).
     """
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
+    if index is None or not _same_offsets(lists, index):
+        index = RaggedIndex.of(lists, width)
+    return index.pad(_list_values(lists), fill, dtype), index.lengths
+
+
+def _same_offsets(lists: pa.Array, index: RaggedIndex) -> bool:
     lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-    lengths = lengths.astype(np.int64)
-    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
-    n = len(lengths)
-    width = int(lengths.max(initial=0)) if width is None else width
-    out = np.full((n, width), fill, dtype=dtype)
-    if values.size:
-        rows = np.repeat(np.arange(n), lengths)
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        cols = np.arange(values.size) - starts
-        keep = cols < width
-        out[rows[keep], cols[keep]] = values[keep]
-    return out, lengths
+    return len(lengths) == len(index.lengths) and np.array_equal(lengths, index.lengths)
 
 
 def flat_values(lists: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:
@@ -128,8 +162,8 @@ class FlatTokens:
     def __len__(self) -> int:
         return len(self.token_id)
 
-    def select(self, keep: np.ndarray) -> "FlatTokens":
-        """Rows where ``keep`` (N,) bool is True."""
+    def select(self, keep: np.ndarray | slice) -> "FlatTokens":
+        """Tokens where ``keep`` ((N,) bool, or a slice) selects."""
         return FlatTokens(**{k: (v[keep] if v is not None else None)
                              for k, v in self.__dict__.items()})
 
@@ -149,16 +183,18 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
     def per_token(name: str, dtype: np.dtype) -> np.ndarray:
         return flat_values(batch.column(name), dtype)
 
-    topk_ids, _ = pad_ragged(pc.list_flatten(batch.column("topk_ids")), PAD_ID, np.int64)
-    k = topk_ids.shape[1]
+    inner = pc.list_flatten(batch.column("topk_ids"))
+    index = RaggedIndex.of(inner)
+    topk_ids = index.pad(_list_values(inner), PAD_ID, np.int64)
+    pad = topk_ids == PAD_ID
     topk_lp, _ = pad_ragged(pc.list_flatten(batch.column("topk_logprobs")), -np.inf,
-                            np.float64, width=k)
-    topk_lp[topk_ids == PAD_ID] = -np.inf
+                            np.float64, width=index.width, index=index)
+    topk_lp = np.where(pad, -np.inf, topk_lp)
     train_topk = None
     if "train_topk_logprobs" in names and batch.column("train_topk_logprobs").null_count == 0:
         train_topk, _ = pad_ragged(pc.list_flatten(batch.column("train_topk_logprobs")),
-                                   -np.inf, np.float64, width=k)
-        train_topk[topk_ids == PAD_ID] = -np.inf
+                                   -np.inf, np.float64, width=index.width, index=index)
+        train_topk = np.where(pad, -np.inf, train_topk)
     has_train = "train_logprobs" in names and batch.column("train_logprobs").null_count == 0
     loss_mask = np.ones(n, dtype=bool)
     if "loss_mask" in names and n:

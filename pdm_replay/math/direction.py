@@ -43,7 +43,7 @@ def dkl_local(pair: ReducedPair) -> Tensor:
 
 def dkl_global_head(pair: ReducedPair) -> Tensor:
     """``Σ_{i∈S} π_i (π_i − µ_i)`` (N,)."""
-    return (pair.pi.p * (pair.pi.p - pair.mu.p)).sum(-1)
+    return (pair.pi.p * pair.diff).sum(-1)
 
 
 def dkl_tail_term(pair: ReducedPair) -> Tensor:
@@ -82,22 +82,22 @@ def _tv_core(pi: Tensor, sigma: Tensor, pi_k: Tensor, sigma_k: Tensor, c: Tensor
 
 def dtv_agg(pair: ReducedPair) -> Tensor:
     """Ḋ_tv on S ∪ {tail}, the tail one atom. (N,)"""
-    pi = torch.cat([pair.pi.p, pair.pi.tail[:, None]], 1)  # (N, M+1)
-    mu = torch.cat([pair.mu.p, pair.mu.tail[:, None]], 1)
-    sigma = torch.sign(pi - mu)
-    return _tv_core(pi, sigma, pi[:, 0], sigma[:, 0], (pi * pi).sum(-1))
+    pi_t = pair.pi.tail
+    c = pair.pi_sq_head + pi_t * pi_t
+    sigma_t = torch.sign(pi_t - pair.mu.tail)
+    head = _tv_core(pair.pi.p, pair.sigma, pair.pi.p_k, pair.sigma[:, 0], c)
+    return head + 0.5 * sigma_t * pi_t * (c - pi_t - pair.pi.p_k)
 
 
 def dtv_uniform(pair: ReducedPair, vocab_size: int) -> Tensor:
     """Ḋ_tv with n − m tail atoms of mass π_tail/(n − m), µ_tail/(n − m). (N,)"""
-    pi, mu = pair.pi.p, pair.mu.p
-    sigma = torch.sign(pi - mu)
+    pi_t = pair.pi.tail
     unseen = _unseen(pair, vocab_size)
-    pi_atom = _safe_div(pair.pi.tail, unseen)  # mass of one unseen token
-    c = (pi * pi).sum(-1) + pair.pi.tail * pi_atom
-    head = _tv_core(pi, sigma, pi[:, 0], sigma[:, 0], c)
-    sigma_tail = torch.sign(pair.pi.tail - pair.mu.tail)
-    tail = sigma_tail * pair.pi.tail * (c - pi_atom - pi[:, 0])
+    pi_atom = _safe_div(pi_t, unseen)  # mass of one unseen token
+    c = pair.pi_sq_head + pi_t * pi_atom
+    head = _tv_core(pair.pi.p, pair.sigma, pair.pi.p_k, pair.sigma[:, 0], c)
+    sigma_t = torch.sign(pi_t - pair.mu.tail)
+    tail = sigma_t * pi_t * (c - pi_atom - pair.pi.p_k)
     return head + 0.5 * torch.where(unseen > 0, tail, torch.zeros_like(tail))
 
 

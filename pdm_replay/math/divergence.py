@@ -32,7 +32,7 @@ def kl_topk(pair: ReducedPair) -> Tensor:
 
 def tv_topk(pair: ReducedPair) -> Tensor:
     """``½ (Σ_{i∈S} |µ_i − π_i| + |µ_tail − π_tail|)``, (N,)."""
-    head = (pair.mu.p - pair.pi.p).abs().sum(-1)
+    head = pair.diff.abs().sum(-1)
     return 0.5 * (head + (pair.mu.tail - pair.pi.tail).abs())
 
 

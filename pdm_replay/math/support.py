@@ -11,7 +11,7 @@ Examples
 ([[7, 3, 7, -1]], [[True, True, False, False]])
 >>> red = reduce_pair(ids, torch.log(torch.tensor([[0.5, 0.3, 0.0, 0.0]], dtype=torch.float64)),
 ...                   torch.log(torch.tensor([[0.4, 0.4, 0.0, 0.0]], dtype=torch.float64)))
->>> round(red.mu_tail.item(), 12), round(red.pi_tail.item(), 12)
+>>> round(red.mu.tail.item(), 12), round(red.pi.tail.item(), 12)
 (0.2, 0.2)
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -57,11 +58,14 @@ def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
     Entries ``< 0`` are padding. A top-K entry equal to k, or to an earlier entry, is
     marked invalid, so both top-K conventions (plus_sampled, replace_last) give the same S.
     """
-    ids = torch.cat([token_id[:, None], topk_ids], dim=1).long()  # (N, M)
-    m = ids.shape[1]
-    earlier = torch.ones(m, m, dtype=torch.bool, device=ids.device).tril(-1)  # (M, M) j < i
-    dup = ((ids[:, :, None] == ids[:, None, :]) & earlier).any(-1)  # (N, M)
-    return Support(ids=ids, valid=(ids >= 0) & ~dup)
+    topk = topk_ids.long()
+    ids = torch.cat([token_id.long()[:, None], topk], dim=1)  # (N, M)
+    # Repeated top-K ids: a stable sort puts each id's first occurrence first in its run.
+    srt, order = torch.sort(topk, dim=1, stable=True)
+    repeat = torch.zeros_like(topk, dtype=torch.bool)
+    repeat.scatter_(1, order[:, 1:], srt[:, 1:] == srt[:, :-1])
+    valid_topk = (topk >= 0) & ~repeat & (topk != ids[:, :1])
+    return Support(ids=ids, valid=torch.cat([ids[:, :1] >= 0, valid_topk], dim=1))
 
 
 def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Tensor) -> Tensor:
@@ -93,19 +97,25 @@ class Reduced:
 
 
 def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
-    """Reduced distribution from log-probs on S ``(N, M)``.
+    """Reduced distribution from log-probs on S ``(N, M)`` (``-inf`` where invalid).
 
-    With ``log_z`` (N,) the inputs are logits and are normalised by it (replay path);
-    the tail is ``log_z + log1mexp(LSE_S - log_z)`` in log space, never ``log(1 - Σ)``.
+    With ``log_z`` (N,) the inputs are logits and are normalised by it (replay path).
+    The tail is ``log1mexp(log Σ_S p)`` in log space, never ``log(1 − Σ)``; a logged mass
+    above 1 gives a tail of exactly 0.
     """
     logp_s = logp_s.double()
     if log_z is not None:
         logp_s = logp_s - log_z.double()[:, None]
-    lse = torch.logsumexp(logp_s, dim=-1)  # (N,) log Σ_S p
-    log_tail = log1mexp(lse)
     p = torch.exp(logp_s)
-    return Reduced(p=p, logp=logp_s, tail=torch.exp(log_tail), log_tail=log_tail,
-                   mass=torch.exp(lse))
+    # log Σ_S p = m + log1p(Σ_{i≠argmax} p_i / p_max): exact when one atom dominates,
+    # where both log(Σ p) and 1 − Σ p lose the tail's leading digits.
+    top, arg = logp_s.max(-1, keepdim=True)
+    rest = p.scatter(1, arg, 0.0).sum(-1)
+    lse = top[:, 0] + torch.log1p(rest * torch.exp(-top[:, 0]))
+    lse = torch.where(torch.isfinite(top[:, 0]), lse, top[:, 0])  # empty support: -inf
+    log_tail = log1mexp(lse)
+    mass = torch.exp(lse)
+    return Reduced(p=p, logp=logp_s, tail=torch.exp(log_tail), log_tail=log_tail, mass=mass)
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,22 @@ class ReducedPair:
     @property
     def overflow(self) -> Tensor:
         return self.mu.mass > 1.0 + MASS_TOLERANCE
+
+    # Intermediates shared by several divergences and slopes, computed once per pair.
+    @cached_property
+    def diff(self) -> Tensor:
+        """``π_i − µ_i`` on S, (N, M)."""
+        return self.pi.p - self.mu.p
+
+    @cached_property
+    def sigma(self) -> Tensor:
+        """``sign(π_i − µ_i)`` on S, (N, M); 0 where equal or invalid."""
+        return torch.sign(self.diff)
+
+    @cached_property
+    def pi_sq_head(self) -> Tensor:
+        """``Σ_{i∈S} π_i²``, (N,)."""
+        return (self.pi.p * self.pi.p).sum(-1)
 
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:
