@@ -133,6 +133,13 @@ for _fam, _delta in (("kl", _KL), ("tv", _TV)):
                           f"top-K {_fam.upper()} > delta, predictive direction ({_est} tail)"))
 
 
+register(MaskSpec("pdm_kl_certified",
+                  _div("kl_topk", lambda s: s.direction_certified * torch.sign(s.advantage),
+                       _KL),
+                  "kl", "certified", None,
+                  "top-K KL > delta, masked only where the sign certificate proves 'away'"))
+
+
 def resolve_names(names: Iterable[str] | None) -> list[str]:
     """Validate mask names (``None`` = all, registry order); unknown names raise ``ValueError``."""
     if names is None:

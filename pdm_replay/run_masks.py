@@ -141,7 +141,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
                 continue
             for start in range(0, len(flat), TOKEN_CHUNK):  # bounds the torch temporaries
                 part = flat.select(slice(start, start + TOKEN_CHUNK))
-                table = token_table(part, log_stats(part, vocab), masks)
+                table = token_table(part, log_stats(part, vocab, meta), masks)
                 writer.write(table)
                 _accumulate(summary, table, keeps, cfg, pairs)
             rows += batch.num_rows

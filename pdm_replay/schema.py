@@ -92,6 +92,10 @@ TOKEN_BASE_COLUMNS: tuple[Column, ...] = (
     _f64("dkl_uniform", "dD_kl/deta, uniform-tail estimator"),
     _f64("dtv_agg", "dD_tv/deta, aggregated-tail estimator"),
     _f64("dtv_uniform", "dD_tv/deta, uniform-tail estimator"),
+    _f64("dkl_lo", "lower end of the feasible full-vocabulary dD_kl/deta (sign certificate)"),
+    _f64("dkl_hi", "upper end of the feasible full-vocabulary dD_kl/deta (sign certificate)"),
+    Column("direction_certified", pa.string(), "yes",
+           "away | toward | uncertain: sign(A)·dD_kl/deta over all of [dkl_lo, dkl_hi]"),
     Column("mass_overflow", pa.bool_(), "yes", "logged top-K mu mass exceeded 1 + tolerance"),
 )
 

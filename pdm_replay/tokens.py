@@ -26,20 +26,36 @@ from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
 from pdm_replay.math.support import build_support, gather_support_logprobs, reduce_pair
-from pdm_replay.schema import tokens_schema
+from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
+from pdm_replay.schema import RolloutMeta, tokens_schema
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
+CERT_NAMES = np.array([CERT_LABELS[c] for c in (-1, 0, 1)], dtype=object)  # code + 1 -> label
 
 
-def log_stats(flat: FlatTokens, vocab_size: int) -> TokenStats:
-    """Token statistics from logged µ and logged π (log-only mode). N = ``len(flat)``."""
+def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
+              ) -> TokenStats:
+    """Token statistics from logged µ and logged π (log-only mode). N = ``len(flat)``.
+
+    ``meta`` (top-K size and convention) lets the sign certificate use the smallest genuine
+    top-K probability as a bound on unseen tokens; without it only µ_tail bounds them.
+    """
     if flat.train_logprobs is None or flat.train_topk_logprobs is None:
         raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
     t = torch.from_numpy
     support = build_support(t(flat.token_id), t(flat.topk_ids))
     lmu = gather_support_logprobs(support, t(flat.logp_behavior), t(flat.topk_logprobs))
     lpi = gather_support_logprobs(support, t(flat.train_logprobs), t(flat.train_topk_logprobs))
-    return token_stats(reduce_pair(support, lmu, lpi), t(flat.advantage), vocab_size)
+    return token_stats(reduce_pair(support, lmu, lpi), t(flat.advantage), vocab_size,
+                       cap=log_cap(flat, meta) if meta is not None else None)
+
+
+def log_cap(flat: FlatTokens, meta: RolloutMeta) -> torch.Tensor:
+    """Bound ``(N,)`` on every unseen µ_j from the genuine logged top-K entries."""
+    t = torch.from_numpy
+    genuine = genuine_topk(t(flat.topk_ids), t(flat.token_id), meta.top_k,
+                           meta.topk_convention)
+    return unseen_cap(t(flat.topk_logprobs), genuine)
 
 
 def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], *,
@@ -54,6 +70,7 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     cols: dict[str, np.ndarray] = {"sample_id": flat.sample_id[sel], "step": flat.step[sel],
                                    "pos": flat.pos[sel], "token_id": flat.token_id[sel]}
     cols.update({k: v.numpy()[sel] for k, v in stats.as_dict().items()})
+    cols["direction_certified"] = CERT_NAMES[cols["direction_certified"] + 1]
     cols.update({k: v[sel] for k, v in (extra or {}).items()})
     cols.update({f"keep_{k}": v.numpy()[sel] for k, v in keep.items()})
     if seed is not None:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from pdm_replay.math import direction as dr
 from pdm_replay.math import divergence as dv
+from pdm_replay.math.certificates import certify, dkl_interval
 from pdm_replay.math.support import ReducedPair
 
 
@@ -43,15 +44,24 @@ class TokenStats:
     dkl_uniform: Tensor
     dtv_agg: Tensor
     dtv_uniform: Tensor
+    dkl_lo: Tensor
+    dkl_hi: Tensor
+    direction_certified: Tensor  # int8: certificates.AWAY / UNCERTAIN / TOWARD
     mass_overflow: Tensor
 
     def as_dict(self) -> dict[str, Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def token_stats(pair: ReducedPair, advantage: Tensor, vocab_size: int) -> TokenStats:
-    """Divergences and direction slopes of every token; ``advantage`` is ``(N,)``."""
+def token_stats(pair: ReducedPair, advantage: Tensor, vocab_size: int,
+                cap: Tensor | None = None) -> TokenStats:
+    """Divergences, direction slopes and sign certificates of every token.
+
+    ``advantage`` is ``(N,)``; ``cap`` ``(N,)`` bounds unseen µ_j (see
+    :func:`~pdm_replay.math.certificates.unseen_cap`; None: only µ_tail bounds them).
+    """
     lmu, lpi = pair.mu.logp_k, pair.pi.logp_k
+    lo, hi = dkl_interval(pair, vocab_size, cap)
     return TokenStats(
         advantage=advantage.double(), logp_behavior=lmu, logp_train=lpi,
         ratio=torch.exp(lpi - lmu), support_size=pair.m,
@@ -60,4 +70,5 @@ def token_stats(pair: ReducedPair, advantage: Tensor, vocab_size: int) -> TokenS
         kl_binary=dv.kl_binary(lmu, lpi), tv_binary=dv.tv_binary(lmu, lpi),
         dkl_local=dr.dkl_local(pair), dkl_agg=dr.dkl_agg(pair),
         dkl_uniform=dr.dkl_uniform(pair, vocab_size), dtv_agg=dr.dtv_agg(pair),
-        dtv_uniform=dr.dtv_uniform(pair, vocab_size), mass_overflow=pair.overflow)
+        dtv_uniform=dr.dtv_uniform(pair, vocab_size), dkl_lo=lo, dkl_hi=hi,
+        direction_certified=certify(lo, hi, advantage), mass_overflow=pair.overflow)
