@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import FlatTokens, available_columns, iter_record_batches, read_meta
@@ -44,6 +46,7 @@ class MasksConfig:
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
+    threads: int = 1  # torch intra-op threads; pyarrow decodes and encodes on its own pool
 
 
 @dataclass
@@ -56,6 +59,21 @@ class MasksSummary:
     out_of_region: dict[str, int] = field(default_factory=dict)  # family -> count
     disagreements: dict[str, int] = field(default_factory=dict)  # "kl/agg" -> count
     mass_overflow: int = 0
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the previous count.
+
+    The metrics are elementwise passes over ~65k-token chunks: extra threads gain little
+    and, beside pyarrow's own threads, oversubscribe small machines badly.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:
@@ -132,7 +150,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
     keeps.update({n: 0 for n in names})
     rows, seen = 0, set()
-    with AtomicParquetWriter(cfg.out, schema) as writer:
+    with torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer:
         for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS,
                                                          cfg.batch_rows):
             _check_batch_has_train(batch, file, first)

@@ -63,6 +63,7 @@ def masks(
                                              "(default: the log's footer)."),
     batch_rows: int = typer.Option(512, "--batch-rows", min=1,
                                    help="Samples per record batch (bounds memory)."),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads."),
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
@@ -70,7 +71,7 @@ def masks(
     """
     cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
                       thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
-                      vocab_size=vocab_size, batch_rows=batch_rows)
+                      vocab_size=vocab_size, batch_rows=batch_rows, threads=threads)
     try:
         total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
         start = time.perf_counter()
