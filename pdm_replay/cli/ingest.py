@@ -1,0 +1,108 @@
+"""``pdm-replay ingest``: read rollouts in the format a stack writes, write rollout/v1."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import console, err_console, fail, progress_bar
+from pdm_replay.ingest import FORMATS, IngestConfig, IngestError, IngestSummary, ingest
+
+FormatName = Enum("FormatName", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
+
+
+class OnError(str, Enum):
+    fail = "fail"
+    skip = "skip"
+
+
+class Convention(str, Enum):
+    plus_sampled = "plus_sampled"
+    replace_last = "replace_last"
+
+
+class Mode(str, Enum):
+    raw = "raw"
+    processed = "processed"
+
+
+FORMATS_HELP = "; ".join(f"{f.name}: {f.doc}" for f in FORMATS.values())
+
+
+def print_summary(s: IngestSummary, seconds: float) -> None:
+    meta = s.meta
+    console.print(f"wrote {s.rows} samples, {s.tokens} tokens from {s.files} file(s) -> "
+                  f"{s.out} ({seconds:.1f} s)", highlight=False)
+    if meta is not None:
+        console.print(f"footer: vocab_size={meta.vocab_size} top_k={meta.top_k} "
+                      f"topk_convention={meta.topk_convention} "
+                      f"logprobs_mode={meta.logprobs_mode} temperature={meta.temperature} "
+                      f"top_p={meta.top_p} top_k_sampling={meta.top_k_sampling}",
+                      highlight=False)
+    if s.rejects_path is not None:
+        console.print(f"rejected {s.rejected} record(s) -> {s.rejects_path}", highlight=False)
+        for reason, n in s.reasons.most_common(10):
+            console.print(f"  {n:>7}  {reason}", highlight=False)
+    for w in s.warnings:
+        err_console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+
+
+@app.command("ingest")
+def ingest_command(
+    inputs: List[Path] = typer.Argument(..., help="Input files or directories."),
+    fmt: FormatName = typer.Option(..., "--from", help=f"Input format. {FORMATS_HELP}."),
+    out: Path = typer.Option(..., "--out", "-o", help="rollout/v1 Parquet file to write."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", help="Tokenizer (tokenizer.json or a model directory): maps "
+        "token strings to ids (openai format) and gives the vocabulary size."),
+    vocab_size: Optional[int] = typer.Option(
+        None, "--vocab-size", min=1, help="Vocabulary size n (the logits width); default: "
+        "config.json next to --tokenizer, else the tokenizer's size."),
+    on_error: OnError = typer.Option(
+        OnError.fail, "--on-error", help="fail: stop at the first bad record, leave no "
+        "output. skip: list bad records in a rejects file and go on."),
+    mapping: Optional[Path] = typer.Option(
+        None, "--mapping", help="TOML column mapping (--from columns)."),
+    rejects: Optional[Path] = typer.Option(
+        None, "--rejects", help="Rejects file (default: OUT with suffix .rejects.jsonl)."),
+    topk_convention: Optional[Convention] = typer.Option(
+        None, "--topk-convention", help="Override the format's top-K convention."),
+    logprobs_mode: Optional[Mode] = typer.Option(
+        None, "--logprobs-mode", help="Override: raw (before temperature/truncation) or "
+        "processed (after)."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=0,
+                                        help="K of the logged top-K (default: from the data)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature",
+                                                help="Sampling temperature of the rollouts."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Sampler top-p."),
+    top_k_sampling: Optional[int] = typer.Option(None, "--top-k-sampling", min=0,
+                                                 help="Sampler top-k (0 = off)."),
+    chunk_rows: int = typer.Option(512, "--chunk-rows", min=1,
+                                   help="Samples per checked and written chunk (bounds "
+                                   "memory)."),
+) -> None:
+    """Convert rollouts logged by vLLM / SGLang servers, vLLM offline, SGLang, verl-style
+    batch dumps or any table (with a column mapping) into one rollout/v1 log, streaming
+    and atomically (nothing is left under OUT unless the run succeeds).
+    """
+    cfg = IngestConfig(
+        fmt=fmt.value, inputs=tuple(inputs), out=out, tokenizer=tokenizer,
+        vocab_size=vocab_size, on_error=on_error.value, mapping=mapping, rejects=rejects,
+        topk_convention=topk_convention.value if topk_convention else None,
+        logprobs_mode=logprobs_mode.value if logprobs_mode else None, top_k=top_k,
+        temperature=temperature, top_p=top_p, top_k_sampling=top_k_sampling,
+        chunk_rows=chunk_rows)
+    start = time.perf_counter()
+    try:
+        with progress_bar("ingest", None, "files") as bar:
+            def tick(files: int, rows: int) -> None:
+                bar.update(bar.task_ids[0], completed=files, rate=f"{rows} samples")
+            summary = ingest(cfg, on_progress=tick)
+    except (IngestError, FileNotFoundError) as exc:
+        fail(str(exc))
+    print_summary(summary, time.perf_counter() - start)

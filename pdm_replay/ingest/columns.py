@@ -1,0 +1,143 @@
+"""``columns``: any Parquet or JSONL table, plus a TOML mapping from its columns to ours.
+
+Mapping file (``--mapping map.toml``)::
+
+    [columns]                 # rollout/v1 name = column name in the input
+    sample_id = "id"
+    step = "iteration"
+    response_ids = "completion_ids"
+    advantages = "adv"        # a list per token, or one number per sample (broadcast)
+    behavior_logprobs = "sampler_logp"
+    topk_ids = "top_ids"
+    topk_logprobs = "top_logp"
+
+    [defaults]                # constants for rollout/v1 columns the input lacks
+    step = 0
+
+    [meta]                    # footer metadata (CLI options override)
+    topk_convention = "replace_last"
+    logprobs_mode = "raw"
+    zero_padded_topk = false  # true: (id 0, log-prob 0.0) top-K slots are padding
+    temperature = 1.0
+    top_p = 1.0
+    top_k = 0                 # the sampler's top-k (0 = off)
+
+Examples
+--------
+>>> m = ColumnMapping(columns={"response_ids": "ids", "advantages": "adv"}, defaults={"step": 3})
+>>> m.apply_row({"ids": [5, 6], "adv": 0.5})
+{'response_ids': [5, 6], 'advantages': [0.5, 0.5], 'step': 3}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pdm_replay.ingest.records import (IngestError, Location, Reject, Rows, json_rows,
+                                       sampling_of)
+from pdm_replay.schema import ROLLOUT_V1
+
+CONVENTION = "plus_sampled"
+LOGPROBS_MODE = "raw"
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """A parsed mapping file: ours -> theirs, constants, and footer settings."""
+
+    columns: dict[str, str]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def zero_padded(self) -> bool:
+        return bool(self.meta.get("zero_padded_topk", False))
+
+    def sampling(self) -> dict[str, Any]:
+        out = sampling_of({"meta": self.meta}, "meta")
+        if self.meta.get("topk_convention"):
+            out["topk_convention"] = self.meta["topk_convention"]
+        return out
+
+    def apply_row(self, rec: Mapping) -> dict[str, Any]:
+        """One input record -> rollout/v1 names; a scalar advantage is broadcast."""
+        row = {ours: rec.get(theirs) for ours, theirs in self.columns.items()}
+        row.update({k: v for k, v in self.defaults.items() if row.get(k) is None})
+        adv, ids = row.get("advantages"), row.get("response_ids")
+        if isinstance(adv, (int, float)) and isinstance(ids, list):
+            row["advantages"] = [float(adv)] * len(ids)
+        return row
+
+    def apply_table(self, table: pa.Table) -> pa.Table:
+        """An input table -> rollout/v1 names; a numeric ``advantages`` column is broadcast."""
+        cols = {ours: table.column(theirs) for ours, theirs in self.columns.items()}
+        for name, value in self.defaults.items():
+            if name not in cols:
+                typ = ROLLOUT_V1.field(name).type if name in ROLLOUT_V1.names else None
+                cols[name] = pa.array([value] * table.num_rows, type=typ)
+        adv = cols.get("advantages")
+        if adv is not None and not pa.types.is_list(adv.type) and "response_ids" in cols:
+            lengths = pc.fill_null(pc.list_value_length(cols["response_ids"]), 0)
+            lengths = lengths.to_numpy(zero_copy_only=False)
+            values = np.repeat(adv.to_numpy(zero_copy_only=False).astype(np.float32), lengths)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            cols["advantages"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+        return pa.table(cols)
+
+
+def load_mapping(path: Path | str | None) -> ColumnMapping:
+    """Parse and check a mapping TOML file."""
+    if path is None:
+        raise IngestError("--from columns needs --mapping MAP.toml (see `pdm-replay ingest "
+                          "--help` and the README)")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the tomli backport has the same API
+        import tomli as tomllib
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise IngestError(f"{path}: cannot read the mapping: {exc}") from None
+    columns = doc.get("columns", {})
+    unknown = sorted((set(columns) | set(doc.get("defaults", {}))) - set(ROLLOUT_V1.names))
+    if unknown:
+        raise IngestError(f"{path}: {', '.join(unknown)} are not rollout/v1 columns; "
+                          f"known: {', '.join(ROLLOUT_V1.names)}")
+    return ColumnMapping(columns=dict(columns), defaults=dict(doc.get("defaults", {})),
+                         meta=dict(doc.get("meta", {})))
+
+
+def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Rows | Reject]:
+    pf = pq.ParquetFile(path)
+    missing = sorted(set(mapping.columns.values()) - set(pf.schema_arrow.names))
+    if missing:
+        yield Reject(Location(str(path), "file"),
+                     f"mapped columns {', '.join(missing)} are not in the file; it has "
+                     f"{', '.join(pf.schema_arrow.names)}")
+        return
+    first = 0
+    for batch in pf.iter_batches(batch_size=chunk_rows,
+                                 columns=sorted(set(mapping.columns.values()))):
+        table = mapping.apply_table(pa.Table.from_batches([batch]))
+        if "sample_id" not in table.column_names:
+            ids = [f"{path.name}#{first + i}" for i in range(table.num_rows)]
+            table = table.append_column("sample_id", pa.array(ids))
+        where = [Location(str(path), "row", first + i) for i in range(table.num_rows)]
+        yield Rows(table, where, mapping.sampling(), mapping.zero_padded)
+        first += table.num_rows
+
+
+def parse(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Rows | Reject]:
+    """Rows and rejects of one Parquet (``.parquet``) or JSON Lines file."""
+    if path.suffix == ".parquet":
+        yield from _parquet(path, mapping, chunk_rows)
+    else:
+        yield from json_rows(path, lambda rec: [rec], lambda rec, *_: mapping.apply_row(rec),
+                             "record", lambda rec: mapping.sampling(), mapping.zero_padded)

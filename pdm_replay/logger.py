@@ -1,0 +1,260 @@
+"""``RolloutLogger``: write rollout/v1 shards from inside a training loop.
+
+Call :meth:`RolloutLogger.log` once per step with padded tensors (torch, numpy) or
+ragged lists. Each flush writes one Parquet shard into the directory through a temp file
+and a rename, so a crash, an exception or SIGKILL leaves only complete shards (a killed
+write leaves a hidden ``.part-*.tmp`` that readers skip and the next logger of the same
+rank removes). Memory holds at most ``rows_per_shard`` buffered samples. The directory is
+a rollout/v1 log: ``pdm-replay validate DIR``, ``pdm-replay masks DIR``.
+
+Importing this module imports neither torch nor the checks; they load on first use.
+
+Examples
+--------
+>>> import tempfile, pathlib, numpy as np
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> with RolloutLogger(d, vocab_size=50) as logger:
+...     n = logger.log(step=0, response_ids=np.array([[4, 7, 0]]),
+...                    response_mask=np.array([[1, 1, 0]]), advantages=np.array([0.5]),
+...                    behavior_logprobs=np.array([[-0.2, -1.1, 0.0]]),
+...                    topk_ids=np.array([[[4, 9], [7, 0], [0, 0]]]),
+...                    topk_logprobs=np.array([[[-0.2, -1.9], [-1.1, 0.0], [0.0, 0.0]]]))
+>>> n, [p.name.startswith("part-r0000-s000000000") for p in sorted(d.glob("*.parquet"))]
+(1, [True])
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pdm_replay.schema import RolloutMeta
+
+ON_ERROR = ("raise", "skip")
+
+
+def _session() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+class RolloutLogger:
+    """Append rollout/v1 shards to ``directory``; a context manager.
+
+    ``meta`` (or ``vocab_size`` plus the keyword footer fields) describes the behaviour
+    policy; ``top_k=None`` takes K from the first logged top-K tensor. ``rank`` keeps
+    shards of data-parallel ranks apart. ``rows_per_shard=0`` writes one shard per
+    :meth:`log` call; a positive value buffers samples until that many are pending.
+    Top-K tensors: zero-padded (``zero_padded_topk``, the rule of
+    :mod:`pdm_replay.ingest.padded`), genuine top-K first; ``sampled_first=True`` for
+    tensors whose slot 0 holds the sampled token (the DPPO fork's layout).
+    ``on_error="skip"`` drops a sample that fails the ``validate`` checks (with a warning)
+    instead of raising.
+    """
+
+    def __init__(self, directory: Path | str, vocab_size: int | None = None, *,
+                 meta: RolloutMeta | None = None, top_k: int | None = None,
+                 topk_convention: str = "plus_sampled", logprobs_mode: str = "raw",
+                 temperature: float | None = None, top_p: float | None = None,
+                 top_k_sampling: int | None = None, tokenizer: str | None = None,
+                 rank: int = 0, rows_per_shard: int = 0, zero_padded_topk: bool = True,
+                 sampled_first: bool = False, on_error: str = "raise") -> None:
+        if meta is None and vocab_size is None:
+            raise ValueError("RolloutLogger needs vocab_size (the logits width) or meta")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.meta = meta or RolloutMeta(
+            vocab_size=int(vocab_size), top_k=-1 if top_k is None else top_k,
+            topk_convention=topk_convention, logprobs_mode=logprobs_mode,
+            temperature=temperature, top_p=top_p, top_k_sampling=top_k_sampling,
+            tokenizer=tokenizer, extra={"source_format": "RolloutLogger"})
+        self.rank, self.rows_per_shard = rank, rows_per_shard
+        self.zero_padded, self.sampled_first = zero_padded_topk, sampled_first
+        self.on_error = on_error
+        self.session, self.rejected, self.shards = _session(), 0, []
+        self._pending: list[pa.Table] = []
+        self._pending_step: int | None = None
+        self._serial = 0
+        self._closed = False
+        self._seen: set[str] = set()
+        for stale in self.directory.glob(f".part-r{rank:04d}-*.tmp"):
+            stale.unlink(missing_ok=True)  # a killed write of this rank; never a shard
+
+    # -- logging -----------------------------------------------------------------
+    def log(self, step: int, *, response_ids: Any, advantages: Any, behavior_logprobs: Any,
+            response_mask: Any = None, lengths: Any = None, loss_mask: Any = None,
+            topk_ids: Any = None, topk_logprobs: Any = None, topk_valid: Any = None,
+            train_logprobs: Any = None, train_topk_logprobs: Any = None,
+            prompt_ids: Any = None, prompt_mask: Any = None, rewards: Any = None,
+            group_ids: Sequence[Any] | None = None,
+            sample_ids: Sequence[str] | None = None) -> int:
+        """Log one batch of B samples; returns how many were kept.
+
+        Padded inputs: ``response_ids`` (B, T); per-token inputs (B, T) — ``advantages``
+        may be (B,); top-K inputs (B, T, K). The response length of a sample is one past
+        its last nonzero ``response_mask`` entry (or ``lengths`` (B,), or T); positions
+        where ``response_mask`` (or ``loss_mask``) is 0 inside the response get
+        ``loss_mask`` False. ``prompt_ids`` (B, P) with ``prompt_mask`` (B, P) may be left-
+        or right-padded. Ragged inputs: lists of per-sample lists (no masks needed).
+        """
+        from pdm_replay.ingest.padded import PaddedBatch, as_numpy, lengths_from_mask
+
+        if self._closed:
+            raise ValueError("RolloutLogger is closed")
+        if isinstance(response_ids, (list, tuple)) and response_ids and \
+                isinstance(response_ids[0], (list, tuple)):
+            return self._log_ragged(step, sample_ids, dict(
+                response_ids=response_ids, advantages=advantages,
+                behavior_logprobs=behavior_logprobs, topk_ids=topk_ids,
+                topk_logprobs=topk_logprobs, loss_mask=loss_mask, train_logprobs=train_logprobs,
+                train_topk_logprobs=train_topk_logprobs, prompt_ids=prompt_ids, reward=rewards,
+                group_id=group_ids))
+        opt = lambda v: None if v is None else as_numpy(v)  # noqa: E731
+        resp = as_numpy(response_ids)
+        mask = opt(response_mask)
+        if lengths is not None:
+            lens = as_numpy(lengths).astype(np.int64)
+        elif mask is not None:
+            lens = lengths_from_mask(mask)
+        else:
+            lens = np.full(resp.shape[0], resp.shape[1] if resp.ndim == 2 else 0)
+        b = resp.shape[0]
+        batch = PaddedBatch(
+            sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
+            response_ids=resp, lengths=lens, advantages=as_numpy(advantages),
+            behavior_logprobs=as_numpy(behavior_logprobs), topk_ids=opt(topk_ids),
+            topk_logprobs=opt(topk_logprobs), topk_valid=opt(topk_valid),
+            loss_mask=opt(loss_mask) if loss_mask is not None else mask,
+            train_logprobs=opt(train_logprobs), train_topk_logprobs=opt(train_topk_logprobs),
+            prompt_ids=opt(prompt_ids), prompt_mask=opt(prompt_mask),
+            group_id=None if group_ids is None else [str(g) for g in _tolist(group_ids)],
+            reward=opt(rewards), sampled_first=self.sampled_first)
+        return self._add(step, batch)
+
+    def log_verl(self, batch: Any, step: int) -> int:
+        """Log a verl ``DataProto`` (``batch.batch`` tensors + ``batch.non_tensor_batch``).
+
+        Keys as in :mod:`pdm_replay.ingest.verl` (``responses``, ``attention_mask``,
+        ``prompts``, ``response_mask``, ``rollout_log_probs``, ``old_log_probs``,
+        ``advantages``, ``uid``, the DPPO fork's ``rollout_topk_*``).
+        """
+        from pdm_replay.ingest.verl import padded_from_verl
+
+        data = {**dict(batch.batch.items()), **dict(getattr(batch, "non_tensor_batch", {}))}
+        padded = padded_from_verl(data, step, "")
+        padded.sample_id = self._ids(step, len(padded.sample_id), data.get("sample_id"))
+        padded.step = np.full(len(padded.sample_id), int(step))
+        return self._add(step, padded)
+
+    def _log_ragged(self, step: int, sample_ids: Any, fields: Mapping[str, Any]) -> int:
+        """Ragged per-sample lists (rollout/v1 names) -> a table -> the padded path."""
+        from pdm_replay.ingest.tables import table_to_padded
+        from pdm_replay.io.rollouts import rows_to_table
+
+        cols = {k: _tolist(v) for k, v in fields.items() if v is not None}
+        b = len(cols["response_ids"])
+        cols.update(sample_id=self._ids(step, b, sample_ids), step=[int(step)] * b)
+        cols["advantages"] = [a if isinstance(a, list) else [float(a)] * len(r)
+                              for a, r in zip(cols["advantages"], cols["response_ids"])]
+        if "topk_ids" not in cols:  # no top-K logged: every support is {k}
+            cols["topk_ids"] = cols["topk_logprobs"] = [[[] for _ in r]
+                                                        for r in cols["response_ids"]]
+        table = rows_to_table(pa.Table.from_pydict(cols), self.meta)
+        batch, problems = table_to_padded(table)
+        return self._add(step, batch, problems)
+
+    # -- buffering and shards ----------------------------------------------------
+    def _ids(self, step: int, b: int, given: Any) -> list[str]:
+        if given is not None:
+            return [str(s) for s in _tolist(given)]
+        first, self._serial = self._serial, self._serial + b
+        return [f"s{step}-r{self.rank}-{self.session}-{first + i}" for i in range(b)]
+
+    def _fix_top_k(self, table: pa.Table) -> None:
+        """``top_k=None``: K from the first logged samples (genuine top-K entries per row,
+        as ``ingest`` counts them), then fixed: every shard carries the same footer."""
+        from pdm_replay.ingest.padded import topk_widths
+
+        if self.meta.top_k < 0:
+            widest, genuine = topk_widths(table)
+            k = genuine if self.meta.topk_convention == "plus_sampled" else widest
+            self.meta = replace(self.meta, top_k=k)
+
+    def _add(self, step: int, batch: Any, problems: dict[int, str] | None = None) -> int:
+        from pdm_replay.ingest.padded import padded_to_table
+        from pdm_replay.ingest.tables import row_problems
+        from pdm_replay.io.rollouts import rows_to_table
+
+        table, conflicts = padded_to_table(batch, self.zero_padded)
+        table = rows_to_table(table, self.meta)
+        bad = {**conflicts, **(problems or {})}
+        checked = row_problems(table, self.meta.vocab_size, self._seen)
+        bad.update({i: r for i, r in checked.items() if i not in bad})
+        if bad:
+            self._handle(table, bad)
+            table = table.take(pa.array([i for i in range(table.num_rows) if i not in bad],
+                                        pa.int64()))
+        if table.num_rows:
+            self._fix_top_k(table)
+            if self._pending_step is None:
+                self._pending_step = int(step)
+            self._pending.append(table)
+        if sum(t.num_rows for t in self._pending) >= max(self.rows_per_shard, 1):
+            self.flush()
+        return table.num_rows
+
+    def _handle(self, table: pa.Table, bad: dict[int, str]) -> None:
+        ids = table.column("sample_id").to_pylist()
+        text = "; ".join(f"sample {ids[i]!r}: {r}" for i, r in sorted(bad.items())[:5])
+        if self.on_error == "raise":
+            raise ValueError(f"RolloutLogger({self.directory}): {len(bad)} bad sample(s): "
+                             f"{text}")
+        self.rejected += len(bad)
+        warnings.warn(f"RolloutLogger dropped {len(bad)} sample(s): {text}", stacklevel=3)
+
+    def flush(self) -> Path | None:
+        """Write the buffered samples as one shard (temp file + rename); its path or None."""
+        if not self._pending:
+            return None
+        from pdm_replay.io.rollouts import write_rollouts
+
+        name = f"part-r{self.rank:04d}-s{self._pending_step:09d}-{self.session}-" \
+               f"{len(self.shards):05d}.parquet"
+        path = write_rollouts(self.directory / name, pa.concat_tables(self._pending), self.meta)
+        self._pending, self._pending_step = [], None
+        self.shards.append(path)
+        return path
+
+    def close(self) -> None:
+        """Flush what is buffered; idempotent."""
+        if not self._closed:
+            try:
+                self.flush()
+            finally:
+                self._closed = True
+
+    def __enter__(self) -> "RolloutLogger":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # Samples logged before an exception are complete and valid: keep them.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never mask the trainer's own exception
+            if exc_type is None:
+                raise
+
+
+def _tolist(value: Any) -> list:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return list(value)
