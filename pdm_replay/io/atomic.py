@@ -24,10 +24,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def temp_path_for(target: Path) -> Path:
-    """A unique hidden temp path in ``target``'s directory (same filesystem, so rename is atomic)."""
+    """A unique hidden temp path in ``target``'s directory (same filesystem, so rename is atomic).
+
+    mkstemp creates it 0600; it gets the mode a plain ``open`` would give (0666 & ~umask),
+    so the renamed result is readable like any other output.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     return Path(name)
 

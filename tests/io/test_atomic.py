@@ -21,3 +21,12 @@ def test_replaces_existing_file_atomically(tmp_path: Path) -> None:
     write_table_atomic(target, pa.table({"x": [2, 3]}))
     assert pa.parquet.read_table(target).column("x").to_pylist() == [2, 3]
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+def test_output_has_ordinary_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+    target = write_table_atomic(tmp_path / "out.parquet", pa.table({"x": [1]}))
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
