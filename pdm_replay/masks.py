@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Protocol
 import torch
 from torch import Tensor
 
+from pdm_replay.math.direction import ratio_slope
 from pdm_replay.math.metrics import TokenStats
 
 Stat = Callable[[TokenStats], Tensor]
@@ -41,7 +42,7 @@ def decide(outside: Tensor, slope: Tensor, advantage: Tensor) -> Tensor:
 
 
 def _ratio_slope(s: TokenStats) -> Tensor:
-    return s.ratio - 1.0
+    return ratio_slope(s.logp_behavior, s.logp_train)  # expm1: exact sign near r = 1
 
 
 @dataclass(frozen=True)

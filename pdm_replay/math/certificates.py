@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor
 
-from pdm_replay.math.direction import _safe_div, _unseen, dkl_global_head, dkl_local
+from pdm_replay.math.direction import _safe_div, _unseen, dkl_head
 from pdm_replay.math.support import ReducedPair
 
 AWAY, UNCERTAIN, TOWARD = 1, 0, -1
@@ -62,7 +62,7 @@ def unseen_cap(topk_logprobs: Tensor, genuine: Tensor) -> Tensor:
 def dkl_interval(pair: ReducedPair, vocab_size: int, cap: Tensor | None = None
                  ) -> tuple[Tensor, Tensor]:
     """``(lo, hi)``, each ``(N,)``: the feasible range of the full-vocabulary Ḋ_kl."""
-    a = dkl_local(pair) - dkl_global_head(pair)
+    a = dkl_head(pair)  # (π_k − µ_k) − Σ_S π(π − µ), kept exact as π_k → 1
     pi_t, mu_t = pair.pi.tail, pair.mu.tail
     bound = mu_t if cap is None else torch.minimum(cap.double(), mu_t)
     sq_min = _safe_div(pi_t * pi_t, _unseen(pair, vocab_size))

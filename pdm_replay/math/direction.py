@@ -41,9 +41,19 @@ def dkl_local(pair: ReducedPair) -> Tensor:
     return pair.pi.p_k - pair.mu.p_k
 
 
-def dkl_global_head(pair: ReducedPair) -> Tensor:
-    """``Σ_{i∈S} π_i (π_i − µ_i)`` (N,)."""
-    return (pair.pi.p * pair.diff).sum(-1)
+def _one_minus_pi_k(logp_pi_k: Tensor) -> Tensor:
+    """``1 − π_k`` (N,) from log π_k: keeps its digits when π_k → 1 (``1 − exp`` would not)."""
+    return -torch.expm1(logp_pi_k.double())
+
+
+def dkl_head(pair: ReducedPair) -> Tensor:
+    """``(π_k − µ_k) − Σ_{i∈S} π_i (π_i − µ_i)`` (N,), local term minus global head.
+
+    Evaluated as ``(π_k − µ_k)(1 − π_k) − Σ_{i∈S, i≠k} π_i (π_i − µ_i)``: the same algebra,
+    but without cancelling two O(1) terms when π_k → 1 (where the result is O(1 − π_k)).
+    """
+    others = (pair.pi.p[:, 1:] * pair.diff[:, 1:]).sum(-1)
+    return dkl_local(pair) * _one_minus_pi_k(pair.pi.logp_k) - others
 
 
 def dkl_tail_term(pair: ReducedPair) -> Tensor:
@@ -53,17 +63,21 @@ def dkl_tail_term(pair: ReducedPair) -> Tensor:
 
 def dkl_agg(pair: ReducedPair) -> Tensor:
     """Ḋ_kl with the aggregated tail; exactly Ḋ of the reduced softmax over S ∪ {tail}. (N,)"""
-    return dkl_local(pair) - dkl_global_head(pair) - dkl_tail_term(pair)
+    return dkl_head(pair) - dkl_tail_term(pair)
 
 
 def dkl_uniform(pair: ReducedPair, vocab_size: int) -> Tensor:
     """Ḋ_kl with the tail spread evenly over the n − m unseen tokens. (N,)"""
     tail = _safe_div(dkl_tail_term(pair), _unseen(pair, vocab_size))
-    return dkl_local(pair) - dkl_global_head(pair) - tail
+    return dkl_head(pair) - tail
 
 
 def dkl_from_sums(pi_k: Tensor, mu_k: Tensor, sum_pi2: Tensor, sum_pi_mu: Tensor) -> Tensor:
-    """Exact Ḋ_kl = ``(π_k − µ_k) − (Σπ² − Σπµ)`` from full-vocabulary sums (N,)."""
+    """Exact Ḋ_kl = ``(π_k − µ_k) − (Σπ² − Σπµ)`` from full-vocabulary sums (N,).
+
+    The two brackets cancel to O(1 − π_k) when π_k → 1, so the result is exact only to
+    ~1e-16 absolute; :func:`dkl_exact` avoids that given full log-probs.
+    """
     return (pi_k - mu_k) - (sum_pi2 - sum_pi_mu)
 
 
@@ -71,34 +85,45 @@ def dkl_exact(logp_mu: Tensor, logp_pi: Tensor, token_id: Tensor) -> Tensor:
     """Exact Ḋ_kl from full-vocabulary log-probs ``(N, V)`` and sampled ids ``(N,)``."""
     mu, pi = torch.exp(logp_mu.double()), torch.exp(logp_pi.double())
     idx = token_id.long()[:, None]
-    return dkl_from_sums(pi.gather(1, idx)[:, 0], mu.gather(1, idx)[:, 0],
-                         (pi * pi).sum(-1), (pi * mu).sum(-1))
+    pi_k, mu_k = pi.gather(1, idx)[:, 0], mu.gather(1, idx)[:, 0]
+    is_k = torch.zeros_like(pi, dtype=torch.bool).scatter_(1, idx, True)
+    others = (pi * (pi - mu)).masked_fill(is_k, 0.0).sum(-1)  # as in dkl_head
+    return (pi_k - mu_k) * _one_minus_pi_k(logp_pi.double().gather(1, idx)[:, 0]) - others
 
 
-def _tv_core(pi: Tensor, sigma: Tensor, pi_k: Tensor, sigma_k: Tensor, c: Tensor) -> Tensor:
-    """``½ [σ_k π_k + Σ_i σ_i π_i (c − π_i − π_k)]`` over atoms ``(N, A)``."""
-    return 0.5 * (sigma_k * pi_k + (sigma * pi * (c[:, None] - pi - pi_k[:, None])).sum(-1))
+def _tv_slope(sigma_k: Tensor, pi_k: Tensor, q_k: Tensor, s2: Tensor) -> tuple[Tensor, Tensor]:
+    """k's term ``σ_k π_k w_k`` and ``v̄ = Σ_j π_j v_j``, each (N,), for Ḋ_tv below.
+
+    ``½ Σ_i σ_i π_i w_i`` with ``w_i = δ_ik − π_i − v̄`` is SPEC's
+    ``½ [σ_k π_k + Σ_i σ_i π_i (c − π_i − π_k)]``. With ``q_k = 1 − π_k`` and
+    ``s2 = Σ_{i≠k} π_i²``: ``v̄ = π_k − c = π_k q_k − s2`` and ``w_k = q_k² + s2``. Written so,
+    nothing cancels when π_k → 1, where Ḋ_tv is O(q_k²) and ``c − 2π_k + 1`` is pure
+    rounding (it flipped signs at q_k ~ 1e-8).
+    """
+    return sigma_k * pi_k * (q_k * q_k + s2), pi_k * q_k - s2
+
+
+def _tv_tail_atoms(pair: ReducedPair, count: Tensor) -> Tensor:
+    """Ḋ_tv on S plus ``count`` (N,) tail atoms of mass π_tail/count each (none where 0)."""
+    pi_o, sig_o = pair.pi.p[:, 1:], pair.sigma[:, 1:]  # the atoms of S other than k
+    pi_atom = _safe_div(pair.pi.tail, count)
+    s2 = (pi_o * pi_o).sum(-1) + count * pi_atom * pi_atom
+    k_term, vbar = _tv_slope(pair.sigma[:, 0], pair.pi.p_k,
+                             _one_minus_pi_k(pair.pi.logp_k), s2)
+    head = (sig_o * pi_o * (-pi_o - vbar[:, None])).sum(-1)
+    sigma_t = torch.sign(pair.pi.tail - pair.mu.tail)
+    tail = sigma_t * count * pi_atom * (-pi_atom - vbar)
+    return 0.5 * (k_term + head + tail)
 
 
 def dtv_agg(pair: ReducedPair) -> Tensor:
     """Ḋ_tv on S ∪ {tail}, the tail one atom. (N,)"""
-    pi_t = pair.pi.tail
-    c = pair.pi_sq_head + pi_t * pi_t
-    sigma_t = torch.sign(pi_t - pair.mu.tail)
-    head = _tv_core(pair.pi.p, pair.sigma, pair.pi.p_k, pair.sigma[:, 0], c)
-    return head + 0.5 * sigma_t * pi_t * (c - pi_t - pair.pi.p_k)
+    return _tv_tail_atoms(pair, torch.ones_like(pair.pi.tail))
 
 
 def dtv_uniform(pair: ReducedPair, vocab_size: int) -> Tensor:
     """Ḋ_tv with n − m tail atoms of mass π_tail/(n − m), µ_tail/(n − m). (N,)"""
-    pi_t = pair.pi.tail
-    unseen = _unseen(pair, vocab_size)
-    pi_atom = _safe_div(pi_t, unseen)  # mass of one unseen token
-    c = pair.pi_sq_head + pi_t * pi_atom
-    head = _tv_core(pair.pi.p, pair.sigma, pair.pi.p_k, pair.sigma[:, 0], c)
-    sigma_t = torch.sign(pi_t - pair.mu.tail)
-    tail = sigma_t * pi_t * (c - pi_atom - pair.pi.p_k)
-    return head + 0.5 * torch.where(unseen > 0, tail, torch.zeros_like(tail))
+    return _tv_tail_atoms(pair, _unseen(pair, vocab_size))
 
 
 def dtv_exact(logp_mu: Tensor, logp_pi: Tensor, token_id: Tensor) -> Tensor:
@@ -106,8 +131,12 @@ def dtv_exact(logp_mu: Tensor, logp_pi: Tensor, token_id: Tensor) -> Tensor:
     mu, pi = torch.exp(logp_mu.double()), torch.exp(logp_pi.double())
     sigma = torch.sign(pi - mu)
     idx = token_id.long()[:, None]
-    return _tv_core(pi, sigma, pi.gather(1, idx)[:, 0], sigma.gather(1, idx)[:, 0],
-                    (pi * pi).sum(-1))
+    is_k = torch.zeros_like(pi, dtype=torch.bool).scatter_(1, idx, True)
+    pi_o = pi.masked_fill(is_k, 0.0)
+    k_term, vbar = _tv_slope(sigma.gather(1, idx)[:, 0], pi.gather(1, idx)[:, 0],
+                             _one_minus_pi_k(logp_pi.double().gather(1, idx)[:, 0]),
+                             (pi_o * pi_o).sum(-1))
+    return 0.5 * (k_term + (sigma * pi_o * (-pi_o - vbar[:, None])).sum(-1))
 
 
 def ratio_slope(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:

@@ -39,7 +39,10 @@ def tv_topk(pair: ReducedPair) -> Tensor:
 def kl_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
     """KL over the two atoms ``{k, rest}`` from log µ_k, log π_k ``(N,)``."""
     mu_k = torch.exp(logp_mu_k.double()).clamp(max=1.0)
-    rest = _kl_terms(1.0 - mu_k, log1mexp(logp_mu_k.double()), log1mexp(logp_pi_k.double()))
+    # 1 − µ_k from log space, as kl_topk's tail: exact as µ_k → 1, and kl_binary equals
+    # kl_topk bit for bit on a support S = {k}
+    log_rest = log1mexp(logp_mu_k.double())
+    rest = _kl_terms(torch.exp(log_rest), log_rest, log1mexp(logp_pi_k.double()))
     return _kl_terms(mu_k, logp_mu_k.double(), logp_pi_k.double()) + rest
 
 

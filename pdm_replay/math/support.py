@@ -109,9 +109,11 @@ def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
     p = torch.exp(logp_s)
     # log Σ_S p = m + log1p(Σ_{i≠argmax} p_i / p_max): exact when one atom dominates,
     # where both log(Σ p) and 1 − Σ p lose the tail's leading digits.
+    # The ratios come from exp(logp − max), not p / p_max: below log p ≈ −745 every p_i
+    # underflows to 0 and exp(−max) to inf, and 0·inf was NaN.
     top, arg = logp_s.max(-1, keepdim=True)
-    rest = p.scatter(1, arg, 0.0).sum(-1)
-    lse = top[:, 0] + torch.log1p(rest * torch.exp(-top[:, 0]))
+    rest = torch.exp(logp_s - top).scatter(1, arg, 0.0).sum(-1)
+    lse = top[:, 0] + torch.log1p(rest)
     lse = torch.where(torch.isfinite(top[:, 0]), lse, top[:, 0])  # empty support: -inf
     log_tail = log1mexp(lse)
     mass = torch.exp(lse)
@@ -144,11 +146,6 @@ class ReducedPair:
     def sigma(self) -> Tensor:
         """``sign(π_i − µ_i)`` on S, (N, M); 0 where equal or invalid."""
         return torch.sign(self.diff)
-
-    @cached_property
-    def pi_sq_head(self) -> Tensor:
-        """``Σ_{i∈S} π_i²``, (N,)."""
-        return (self.pi.p * self.pi.p).sum(-1)
 
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:

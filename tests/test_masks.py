@@ -1,0 +1,220 @@
+"""The mask registry (SPEC §4): contract over every mask, registration, hand-worked decisions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import Tensor
+
+from pdm_replay.masks import (
+    MASKS,
+    MaskSpec,
+    Thresholds,
+    apply_masks,
+    build_masks,
+    register,
+    resolve_names,
+)
+from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.support import build_support, reduce_pair
+
+F64 = torch.float64
+SPEC_MASKS = {  # name: (family, direction, estimator), SPEC §4
+    "none": (None, "none", None),
+    "ppo_clip": (None, "ratio", None),
+    "clip_higher": (None, "ratio", None),
+    "dppo_binary_kl": ("kl", "ratio", None),
+    "dppo_topk_kl": ("kl", "ratio", None),
+    "pdm_kl_agg": ("kl", "predictive", "agg"),
+    "pdm_kl_uniform": ("kl", "predictive", "uniform"),
+    "dppo_binary_tv": ("tv", "ratio", None),
+    "dppo_topk_tv": ("tv", "ratio", None),
+    "pdm_tv_agg": ("tv", "predictive", "agg"),
+    "pdm_tv_uniform": ("tv", "predictive", "uniform"),
+}
+
+
+def test_registry_holds_every_spec_mask_with_its_labels() -> None:
+    for name, labels in SPEC_MASKS.items():
+        spec = MASKS[name]
+        assert (spec.family, spec.direction, spec.estimator) == labels, name
+        assert spec.name == name and spec.doc
+
+
+def test_default_thresholds_are_the_spec_defaults() -> None:
+    t = Thresholds()
+    assert (t.eps, t.eps_low, t.eps_high, t.delta_kl, t.delta_tv) == (0.2, 0.2, 0.28, 0.15, 0.15)
+
+
+# ---------------------------------------------------------------------------- contract
+
+
+@st.composite
+def token_batches(draw: st.DrawFn) -> TokenStats:
+    """Random µ, π (vocab 3..40, mismatch 0..3 logits), random K and advantages with zeros."""
+    n, rows = draw(st.integers(3, 40)), draw(st.integers(1, 12))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    z_mu = torch.randn(rows, n, generator=g, dtype=F64) * draw(st.floats(0.1, 4.0))
+    z_pi = z_mu + torch.randn(rows, n, generator=g, dtype=F64) * draw(st.floats(0.0, 3.0))
+    lmu, lpi = torch.log_softmax(z_mu, -1), torch.log_softmax(z_pi, -1)
+    k = torch.multinomial(lmu.exp(), 1, generator=g)[:, 0]
+    kk = draw(st.integers(0, n))
+    topk = torch.topk(lmu, kk, dim=-1).indices if kk else torch.zeros(rows, 0, dtype=torch.long)
+    s = build_support(k, topk)
+    ids = s.ids.clamp(min=0)
+    pair = reduce_pair(s, lmu.gather(1, ids), lpi.gather(1, ids))
+    adv = draw(st.lists(st.sampled_from([-2.0, -0.3, 0.0, 0.0, 0.5, 1.7]), min_size=rows,
+                        max_size=rows))
+    return token_stats(pair, torch.tensor(adv, dtype=F64), n)
+
+
+SCALES = (8.0, 2.0, 1.0, 0.5, 0.25, 0.05, 0.0)  # every threshold shrinks together
+
+
+def scaled(s: float) -> Thresholds:
+    t = Thresholds()
+    return Thresholds(eps=t.eps * s, eps_low=t.eps_low * s, eps_high=t.eps_high * s,
+                      delta_kl=t.delta_kl * s, delta_tv=t.delta_tv * s)
+
+
+@settings(max_examples=40, deadline=None)
+@given(token_batches())
+def test_every_registered_mask_honours_the_contract(stats: TokenStats) -> None:
+    n_tok = stats.advantage.shape[0]
+    zero_adv = stats.advantage == 0
+    masked_before: dict[str, Tensor] = {}
+    for s in SCALES:
+        keep = apply_masks(build_masks(None, scaled(s)), stats)
+        assert set(keep) == set(MASKS)
+        for name, kp in keep.items():
+            assert kp.shape == (n_tok,) and kp.dtype == torch.bool, name
+            assert kp[zero_adv].all(), f"{name} masked a token with Â = 0"
+            masked = ~kp
+            if name in masked_before:  # a smaller region masks a superset
+                assert (masked_before[name] <= masked).all(), f"{name} not monotone at {s}"
+            masked_before[name] = masked
+        assert keep["none"].all()
+
+
+def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
+    # The monotonicity check above means something only if masks do mask: with a large
+    # µ/π mismatch and thresholds at 0 every mask but `none` removes some tokens.
+    g = torch.Generator().manual_seed(0)
+    z_mu = torch.randn(400, 12, generator=g, dtype=F64) * 2
+    lmu = torch.log_softmax(z_mu, -1)
+    lpi = torch.log_softmax(z_mu + torch.randn(400, 12, generator=g, dtype=F64) * 2, -1)
+    k = torch.multinomial(lmu.exp(), 1, generator=g)[:, 0]
+    s = build_support(k, torch.topk(lmu, 3, dim=-1).indices)
+    ids = s.ids.clamp(min=0)
+    adv = torch.where(torch.arange(400) % 2 == 0, 1.0, -1.0).double()
+    stats = token_stats(reduce_pair(s, lmu.gather(1, ids), lpi.gather(1, ids)), adv, 12)
+    loose = apply_masks(build_masks(None, scaled(8.0)), stats)
+    tight = apply_masks(build_masks(None, scaled(0.0)), stats)
+    for name in MASKS:
+        n_loose, n_tight = int((~loose[name]).sum()), int((~tight[name]).sum())
+        if name == "none":
+            assert n_tight == 0
+        else:
+            assert 0 < n_tight and n_loose < n_tight, (name, n_loose, n_tight)
+
+
+def test_duplicate_registration_is_rejected() -> None:
+    before = dict(MASKS)
+    dup = MaskSpec("ppo_clip", lambda t: None, None, "ratio", None, "a second ppo_clip")
+    with pytest.raises(ValueError, match="ppo_clip.*already registered"):
+        register(dup)
+    assert MASKS == before and MASKS["ppo_clip"] is before["ppo_clip"]
+
+
+def test_unknown_name_error_lists_every_known_name() -> None:
+    for call in (lambda: resolve_names(["ppo_clip", "nope"]),
+                 lambda: build_masks(["nope"], Thresholds())):
+        with pytest.raises(ValueError) as err:
+            call()
+        msg = str(err.value)
+        assert "nope" in msg
+        assert all(name in msg for name in MASKS)
+
+
+def test_resolve_names_keeps_order_and_drops_repeats() -> None:
+    assert resolve_names(["pdm_kl_agg", "none", "pdm_kl_agg"]) == ["pdm_kl_agg", "none"]
+    assert resolve_names(None) == list(MASKS)
+
+
+# ---------------------------------------------------------------------------- hand-worked
+
+
+def binary_stats(mu_k: list[float], pi_k: list[float], adv: list[float]) -> TokenStats:
+    """Tokens on S = {k} with the given µ_k, π_k: ratio r = π_k/µ_k."""
+    s = build_support(torch.zeros(len(mu_k), dtype=torch.long), torch.zeros(len(mu_k), 0,
+                                                                           dtype=torch.long))
+    lg = lambda x: torch.log(torch.tensor(x, dtype=F64))[:, None]  # noqa: E731
+    return token_stats(reduce_pair(s, lg(mu_k), lg(pi_k)), torch.tensor(adv, dtype=F64), 100)
+
+
+def test_ppo_clip_hand_worked() -> None:
+    # µ_k = 0.5 throughout, ε = 0.2: region 0.8 <= r <= 1.2
+    #   Â>0, r=1.3 (π_k .65): outside above, moving up           -> masked
+    #   Â>0, r=1.1 (π_k .55): inside                              -> kept
+    #   Â>0, r=0.5 (π_k .25): outside below but Â>0 raises r back -> kept
+    #   Â<0, r=0.7 (π_k .35): outside below, moving down          -> masked
+    #   Â<0, r=0.9 (π_k .45): inside                              -> kept
+    #   Â<0, r=1.5 (π_k .75): outside above but Â<0 lowers r      -> kept
+    #   Â=0, r=1.8 (π_k .90): no gradient                         -> kept
+    stats = binary_stats([0.5] * 7, [0.65, 0.55, 0.25, 0.35, 0.45, 0.75, 0.9],
+                         [1.0, 1.0, 1.0, -1.0, -1.0, -1.0, 0.0])
+    keep = build_masks(["ppo_clip"], Thresholds())["ppo_clip"].keep(stats)
+    assert keep.tolist() == [False, True, True, False, True, True, True]
+
+
+def test_clip_higher_hand_worked() -> None:
+    # ε_low = 0.2, ε_high = 0.28: region 0.8 <= r <= 1.28, µ_k = 0.5
+    #   Â>0, r=1.25 (π_k .625): inside (ppo_clip at ε=0.2 masks it) -> kept
+    #   Â>0, r=1.30 (π_k .650): above 1.28, moving up               -> masked
+    #   Â<0, r=0.78 (π_k .390): below 0.8, moving down              -> masked
+    #   Â<0, r=0.82 (π_k .410): inside                              -> kept
+    stats = binary_stats([0.5] * 4, [0.625, 0.65, 0.39, 0.41], [1.0, 1.0, -1.0, -1.0])
+    masks = build_masks(["clip_higher", "ppo_clip"], Thresholds())
+    assert masks["clip_higher"].keep(stats).tolist() == [True, False, False, True]
+    assert masks["ppo_clip"].keep(stats).tolist() == [False, False, False, True]
+
+
+def test_pdm_and_dppo_disagree_on_a_hand_built_token() -> None:
+    # S = {k, j} + tail, n = 10 (n − m = 8), Â = +1:
+    #   µ = (0.1, 0.2 | 0.7), π = (0.2, 0.7 | 0.1), r = 0.2/0.1 = 2 -> ratio says "away"
+    # kl_topk = 0.1 ln(0.1/0.2) + 0.2 ln(0.2/0.7) + 0.7 ln(0.7/0.1)
+    #         = −0.0693147 − 0.2505526 + 1.3621371 = 1.0422698 > δ = 0.15: outside
+    # Ḋ_agg = (0.2 − 0.1) − [0.2·0.1 + 0.7·0.5 + 0.1·(−0.6)] = 0.1 − 0.31 = −0.21
+    # Ḋ_uniform = 0.1 − [0.02 + 0.35 − 0.06/8] = 0.1 − 0.3625 = −0.2625
+    #   -> predictive says "toward": pdm keeps it, dppo_topk_kl masks it.
+    # TV: tv_topk = ½(0.1 + 0.5 + 0.6) = 0.6 > 0.15; atoms σ = (+, +, −), c = 0.54:
+    # Ḋ_tv,agg = ½[0.2 + 0.2(0.54 − 0.4) + 0.7(0.54 − 0.9) − 0.1(0.54 − 0.3)]
+    #          = ½[0.2 + 0.028 − 0.252 − 0.024] = −0.024 -> "toward" as well.
+    s = build_support(torch.tensor([0]), torch.tensor([[1]]))
+    lg = lambda *p: torch.log(torch.tensor([p], dtype=F64))  # noqa: E731
+    stats = token_stats(reduce_pair(s, lg(0.1, 0.2), lg(0.2, 0.7)),
+                        torch.tensor([1.0], dtype=F64), 10)
+    assert stats.ratio.item() == pytest.approx(2.0, rel=1e-14, abs=0.0)
+    assert stats.kl_topk.item() == pytest.approx(1.0422698, abs=1e-7)
+    assert stats.dkl_agg.item() == pytest.approx(-0.21, abs=1e-14)
+    assert stats.dkl_uniform.item() == pytest.approx(-0.2625, abs=1e-14)
+    assert stats.tv_topk.item() == pytest.approx(0.6, abs=1e-14)
+    assert stats.dtv_agg.item() == pytest.approx(-0.024, abs=1e-14)
+    keep = {n: bool(k.item()) for n, k in apply_masks(build_masks(None, Thresholds()),
+                                                      stats).items()}
+    assert keep["dppo_topk_kl"] is False and keep["dppo_topk_tv"] is False
+    assert keep["pdm_kl_agg"] and keep["pdm_kl_uniform"]
+    assert keep["pdm_tv_agg"] and keep["pdm_tv_uniform"]
+    # the reverse: Â = −1 flips both directions; ratio now says "toward" (kept) and the
+    # predictive masks say "away" (masked)
+    neg = replace(stats, advantage=-stats.advantage)
+    keep = {n: bool(k.item()) for n, k in apply_masks(build_masks(None, Thresholds()),
+                                                      neg).items()}
+    assert keep["dppo_topk_kl"] and keep["dppo_topk_tv"]
+    assert not keep["pdm_kl_agg"] and not keep["pdm_tv_agg"]
+    assert math.isfinite(stats.dtv_uniform.item())
