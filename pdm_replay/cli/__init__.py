@@ -9,6 +9,7 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli import validate as _validate  # noqa: F401  (registers commands)
 from pdm_replay.cli import masks as _masks  # noqa: F401
 from pdm_replay.cli import ingest as _ingest  # noqa: F401
+from pdm_replay.cli import replay as _replay  # noqa: F401
 
 
 def main() -> None:

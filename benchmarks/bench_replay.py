@@ -1,0 +1,192 @@
+"""Replay benchmark: every figure is a ratio against a baseline measured in the same run.
+
+1. Time: the recompute pass (decoder + chunked LM-head statistics at the logged supports)
+   vs a plain ``model(input_ids).logits`` forward on the same padded batch (target <= 1.3x).
+2. Peak memory, vocabulary 151,936 on 8,192 response tokens with a tiny body: the recompute
+   pass vs the plain forward that materialises the full fp32 logits tensor. Each side runs
+   in its own subprocess; the figure is the growth of peak RSS over the RSS after setup.
+3. Cost of each extra update mask relative to the first, from one replay run.
+
+Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]``
+Random-init Qwen3 models (nothing is downloaded); CPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.math.support import build_support
+from pdm_replay.replay.batching import pad_batch
+from pdm_replay.replay.checkpoint import Policy, make_head
+from pdm_replay.replay.config import ReplayConfig
+from pdm_replay.replay.forward import PassConfig, forward_stats
+from pdm_replay.replay.run import run_replay
+
+GiB = 1024 ** 3
+
+
+def qwen3(vocab: int, hidden: int, layers: int, inter: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                      num_hidden_layers=layers, num_attention_heads=max(hidden // 32, 1),
+                      num_key_value_heads=max(hidden // 64, 1), head_dim=32,
+                      max_position_embeddings=4096, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def make_batch(vocab: int, samples: int, prompt: int, response: int, k: int = 20):
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, vocab, (samples, prompt), generator=g).tolist()
+    responses = torch.randint(0, vocab, (samples, response), generator=g).tolist()
+    batch = pad_batch(prompts, responses)
+    n = batch.n_tokens
+    support = build_support(torch.tensor(sum(responses, [])),
+                            torch.randint(0, vocab, (n, k), generator=g))
+    return batch, support
+
+
+def policy_of(model) -> Policy:
+    return Policy(model=model, head=make_head(model), vocab_size=model.config.vocab_size,
+                  source=Path("."))
+
+
+def best_of_alternating(fns: list, repeats: int) -> list[float]:
+    """Minimum wall time of each function, run in turns so load changes hit all alike."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return best
+
+
+@torch.no_grad()
+def time_ratio(vocab: int, repeats: int, chunk: int) -> dict:
+    model = qwen3(vocab, hidden=256, layers=4, inter=768)
+    batch, support = make_batch(vocab, samples=8, prompt=16, response=240)
+    policy = policy_of(model)
+    plain = lambda: model(input_ids=batch.input_ids,  # noqa: E731
+                          attention_mask=batch.attention_mask).logits
+    recompute = lambda: forward_stats(policy, [batch], support,  # noqa: E731
+                                      PassConfig(chunk_tokens=chunk))
+    plain(), recompute()  # warm-up
+    t_plain, t_re = best_of_alternating([plain, recompute], repeats)
+    return {"vocab": vocab, "tokens": int(batch.input_ids.numel()),
+            "response_tokens": batch.n_tokens, "plain_forward_s": t_plain,
+            "recompute_s": t_re, "ratio": t_re / t_plain}
+
+
+def _status_bytes(key: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of this process, in bytes.
+
+    ``VmHWM`` belongs to this process image; ``ru_maxrss`` would carry the parent's peak
+    across fork + exec.
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+@torch.no_grad()
+def memory_child(mode: str, chunk: int) -> dict:
+    """One side of the memory comparison; runs in a fresh process."""
+    vocab, tokens = 151_936, 8192
+    model = qwen3(vocab, hidden=64, layers=1, inter=128)
+    batch, support = make_batch(vocab, samples=8, prompt=1, response=tokens // 8)
+    policy = policy_of(model)
+    base, setup_peak = _status_bytes("VmRSS"), _status_bytes("VmHWM")
+    if mode == "recompute":
+        forward_stats(policy, [batch], support, PassConfig(chunk_tokens=chunk))
+    else:
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    peak = _status_bytes("VmHWM")
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"mode": mode, "tokens": batch.n_tokens, "peak_growth": peak - base,
+            "setup_peak_above_base": setup_peak - base, "model_bytes": params,
+            "hidden_bytes": batch.n_tokens * 64 * 4, "chunk_bytes": chunk * vocab * 4,
+            "full_logits_bytes": int(batch.input_ids.numel()) * vocab * 4}
+
+
+def memory(chunk: int, skip_full: bool, threads: int) -> list[dict]:
+    out = []
+    for mode in ("recompute",) + (() if skip_full else ("full",)):
+        res = subprocess.run([sys.executable, __file__, "--child", mode, "--chunk",
+                              str(chunk), "--threads", str(threads)],
+                             capture_output=True, text=True, check=True)
+        out.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def mask_cost(tmp: Path) -> dict:
+    vocab = 32768
+    qwen3(vocab, hidden=256, layers=4, inter=768).save_pretrained(tmp / "ckpt")
+    log = write_synthetic_log(tmp / "log.parquet", n_samples=12, response_len=128,
+                              prompt_len=16, vocab_size=vocab, top_k=20)
+    res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run", seeds=3,
+                                  batch_size=4, optimizer="adam", lr=1e-4))
+    seeds = res.manifest["timings"]["per_seed"].values()
+    masks = res.manifest["config"]["update_masks"]
+    # Best of three seeds (same shapes): on a shared machine the minimum is the cost.
+    per_mask = [min(t[f"update_{m}_s"] for t in seeds) for m in masks]
+    pre = min(t["read_and_pre_s"] for t in seeds)
+    return {"pre_pass_s": pre, "masks": masks, "per_mask_s": per_mask,
+            "relative_to_first": [t / per_mask[0] for t in per_mask],
+            "extra_vs_pre_plus_first": sum(per_mask[1:]) / (len(masks) - 1)
+            / (pre + per_mask[0]), "tokens_per_seed": res.manifest["tokens"] // 3}
+
+
+def report(times: list[dict], mem: list[dict], masks: dict) -> None:
+    print("## replay: recompute pass vs plain model(input_ids).logits (same batch)")
+    for t in times:
+        print(f"vocab {t['vocab']:>7}: {t['tokens']} tokens ({t['response_tokens']} response)"
+              f"  plain {t['plain_forward_s']:.3f} s  recompute {t['recompute_s']:.3f} s"
+              f"  ratio {t['ratio']:.2f}x")
+    print("## replay: peak memory, vocab 151,936, 8,192 response tokens, tiny body")
+    for m in mem:
+        print(f"{m['mode']:>9}: peak RSS growth {m['peak_growth'] / GiB:.3f} GiB "
+              f"(model {m['model_bytes'] / GiB:.3f}, hidden {m['hidden_bytes'] / GiB:.4f}, "
+              f"one chunk {m['chunk_bytes'] / GiB:.3f}, full fp32 logits "
+              f"{m['full_logits_bytes'] / GiB:.2f} GiB = {m['full_logits_bytes'] / 1e9:.2f} GB)")
+    print(f"## replay: cost per update mask ({masks['tokens_per_seed']} tokens per seed, "
+          f"shared pre pass {masks['pre_pass_s']:.2f} s)")
+    for name, s, rel in zip(masks["masks"], masks["per_mask_s"], masks["relative_to_first"]):
+        print(f"{name:>15}: {s:.2f} s  {rel:.2f}x the first")
+    print(f"mean extra mask: {masks['extra_vs_pre_plus_first']:.2f}x (pre pass + first mask)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--chunk", type=int, default=1024)
+    ap.add_argument("--skip-full-logits", action="store_true",
+                    help="do not run the 5 GB full-logits baseline")
+    ap.add_argument("--child", choices=["recompute", "full"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.child:
+        print(json.dumps(memory_child(args.child, args.chunk)))
+        return
+    mem = memory(args.chunk, args.skip_full_logits, args.threads)  # first: a lean parent
+    times = [time_ratio(v, args.repeats, args.chunk) for v in (32768, 151_936)]
+    with tempfile.TemporaryDirectory() as tmp:
+        masks = mask_cost(Path(tmp))
+    report(times, mem, masks)
+    print(json.dumps({"time": times, "memory": mem, "masks": masks}, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""``pdm-replay replay``: reload the checkpoint, recompute π, simulate one step per mask."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.cli.masks import MASK_NAMES_HELP, parse_mask_list, threshold_options
+from pdm_replay.replay.checkpoint import DTYPES
+from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
+from pdm_replay.replay.run import ReplayResult, run_replay
+from pdm_replay.replay.step import OPTIMIZERS
+
+
+DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def print_summary(result: ReplayResult, seconds: float) -> None:
+    """The headline alignment numbers (SPEC §6) per family and predictive estimator."""
+    m = result.manifest
+    console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
+                  f"-> {result.run_dir} ({seconds:.1f} s)")
+    t = Table(title="ratio (dppo_topk_<D>) vs predictive (pdm_<D>_<tail>)")
+    for col in ("D tail", "out of\nregion", "disagree", "unsafe keep\nratio",
+                "unsafe keep\npredictive", "pred. lower\n(seeds)"):
+        t.add_column(col, justify="left" if col == "D tail" else "right", no_wrap=True)
+    for a in result.summary:
+        t.add_row(f"{a.family.upper()} {a.predictive_mask.rsplit('_', 1)[1]}",
+                  str(a.out_of_region), str(a.disagreement), _rate(a.unsafe_keep_ratio),
+                  _rate(a.unsafe_keep_predictive),
+                  f"{a.seeds_predictive_lower}/{a.seeds_compared}")
+    if result.summary:
+        console.print(t)
+        console.print("unsafe keep: share of the disagreement tokens a mask keeps whose D "
+                      "grew under that mask's own update (lower is better)")
+    else:
+        console.print("no alignment summary: --update-masks needs dppo_topk_<fam> and a "
+                      "pdm_<fam>_* mask")
+    dev = m.get("recompute_deviation")
+    if dev:
+        console.print(f"recompute vs logged train_logprobs: max |Δ| {dev['max']:.3g}, "
+                      f"mean |Δ| {dev['mean']:.3g} over {dev['tokens']} tokens")
+        if dev["mean"] > DEVIATION_WARN:
+            console.print("[yellow]warning:[/] the recomputed log π(k) differ from the "
+                          "logged train_logprobs by more than "
+                          f"{DEVIATION_WARN} nats on average: is --checkpoint the policy "
+                          "that scored this log (same step, temperature, dtype)?")
+    for w in m.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+@app.command()
+def replay(
+    log: Path = typer.Argument(..., help="Rollout log with prompt_ids (file or directory)."),
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="Training-policy checkpoint "
+                                    "directory (save_pretrained, safetensors)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory to create."),
+    behavior_checkpoint: Optional[Path] = typer.Option(
+        None, "--behavior-checkpoint", help="Behaviour-policy checkpoint: adds exact "
+        "full-vocabulary kl_exact / dkl_exact columns."),
+    mask_names: Optional[str] = typer.Option(None, "--masks", help="Decisions recorded in "
+                                             "tokens/. " + MASK_NAMES_HELP),
+    update_masks: str = typer.Option(",".join(DEFAULT_UPDATE_MASKS), "--update-masks",
+                                     help="Comma-separated masks whose update is simulated."),
+    seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds 0..N-1, one batch each."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1,
+                                   help="Samples per simulated step."),
+    micro_batch_size: int = typer.Option(8, "--micro-batch-size", min=1,
+                                         help="Samples per forward pass (memory only)."),
+    optimizer: str = typer.Option("adam", "--optimizer", help=f"One of {', '.join(OPTIMIZERS)}"
+                                  " (fresh state: the first step of a run)."),
+    lr: float = typer.Option(1e-6, "--lr", help="Learning rate of the simulated step."),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
+    dtype: str = typer.Option("float32", "--dtype", help=f"Weight dtype: {', '.join(DTYPES)}; "
+                              "statistics are float32/float64 regardless."),
+    chunk_tokens: int = typer.Option(1024, "--chunk-tokens", min=1, help="Tokens per LM-head "
+                                     "chunk: bounds logits memory to chunk x vocab."),
+    delta_kl: float = typer.Option(0.15, "--delta-kl", help="δ of the KL trust region."),
+    delta_tv: float = typer.Option(0.15, "--delta-tv", help="δ of the TV trust region."),
+    eps: float = typer.Option(0.2, "--eps", help="ε of ppo_clip."),
+    eps_low: float = typer.Option(0.2, "--eps-low", help="ε_low of clip_higher."),
+    eps_high: float = typer.Option(0.28, "--eps-high", help="ε_high of clip_higher."),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
+                                      "(*.bin): they can run code; only for trusted files."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
+                                           help="Run the checkpoint's custom model code."),
+    tokenizer_check: bool = typer.Option(True, "--tokenizer-check/--no-tokenizer-check",
+                                         help="Require log and checkpoint tokenizer names "
+                                         "to agree when both name one."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run "
+                                "directory: finished seeds are kept."),
+) -> None:
+    """Replay a rollout log against its training checkpoint: recompute π at every logged
+    support (chunked, full-vocabulary statistics), record every mask's decision, simulate
+    one optimizer step under each update mask, and measure the realized ΔD per token.
+    Writes RUN_DIR/tokens/, RUN_DIR/updates/ (per seed) and RUN_DIR/manifest.json.
+    """
+    try:
+        cfg = ReplayConfig(
+            log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
+            masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
+            seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
+            optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
+            thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
+            allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+            tokenizer_check=tokenizer_check, resume=resume)
+        start = time.perf_counter()
+        with progress_bar("replay", None, "stages") as bar:
+            def tick(done: int, total: int, tokens_per_s: float) -> None:
+                bar.update(bar.task_ids[0], completed=done, total=total,
+                           rate=f"{tokens_per_s:,.0f} tok/s")
+            result = run_replay(cfg, on_progress=tick)
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    print_summary(result, time.perf_counter() - start)

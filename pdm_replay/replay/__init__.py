@@ -1,0 +1,15 @@
+"""Replay (SPEC §6): reload a checkpoint, recompute π at the logged supports, simulate one
+optimizer step per update mask, and measure the realized divergence change per token.
+
+Building blocks, smallest first: :mod:`.batching` (prompt + response micro-batches),
+:mod:`.recompute` (chunked full-vocabulary statistics from hidden states, pure torch),
+:mod:`.step` (one simulated step and the bit-exact restore), :mod:`.forward` (model passes),
+:mod:`.tables` (Arrow outputs), :mod:`.summary` (headline alignment numbers);
+:mod:`.checkpoint`, :mod:`.data` and :mod:`.manifest` do the I/O and :mod:`.run` the
+orchestration, configured by :class:`~pdm_replay.replay.config.ReplayConfig`.
+"""
+
+from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
+from pdm_replay.replay.run import ReplayResult, run_replay
+
+__all__ = ["DEFAULT_UPDATE_MASKS", "ReplayConfig", "ReplayResult", "run_replay"]

@@ -1,0 +1,92 @@
+"""Options of ``pdm-replay replay`` as one frozen dataclass (1:1 with the CLI).
+
+Examples
+--------
+>>> from pathlib import Path
+>>> cfg = ReplayConfig(log=Path("log.parquet"), checkpoint=Path("ckpt"), out=Path("run"))
+>>> cfg.update_masks[:2], cfg.optimizer
+(('none', 'dppo_topk_kl'), 'adam')
+>>> sorted(cfg.result_affecting())[:3]
+['allow_pickle', 'batch_size', 'chunk_tokens']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from pdm_replay.masks import Thresholds, resolve_names
+from pdm_replay.replay.checkpoint import DTYPES
+from pdm_replay.replay.step import OPTIMIZERS
+
+DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
+                        "dppo_topk_tv", "pdm_tv_agg", "pdm_tv_uniform")
+# Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not
+# depend on how many seeds there are, so resuming with more seeds extends a run); the
+# paths, whose *contents* are compared by sha256 instead (a moved log is the same log).
+OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Everything a replay run depends on; ``manifest.json`` stores it in full."""
+
+    log: Path
+    checkpoint: Path
+    out: Path
+    behavior_checkpoint: Path | None = None
+    masks: Sequence[str] | None = None  # decisions recorded in tokens/; None = all
+    update_masks: Sequence[str] = DEFAULT_UPDATE_MASKS  # updates simulated per seed
+    seeds: int = 8
+    batch_size: int = 64  # samples per simulated step
+    micro_batch_size: int = 8  # samples per forward pass (memory, not results)
+    optimizer: str = "adam"
+    lr: float = 1e-6
+    device: str = "cpu"
+    dtype: str = "float32"
+    chunk_tokens: int = 1024
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    tokenizer_check: bool = True
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        # Canonical forms, so the manifest and a resume compare like with like.
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        for name in ("log", "checkpoint", "out", "behavior_checkpoint"):
+            value = getattr(self, name)
+            if value is not None:
+                set_(name, Path(value))
+        set_("masks", None if self.masks is None else tuple(resolve_names(self.masks)))
+        set_("update_masks", tuple(resolve_names(self.update_masks)))
+        checks = [(self.seeds >= 1, "--seeds must be >= 1"),
+                  (self.batch_size >= 1, "--batch-size must be >= 1"),
+                  (self.micro_batch_size >= 1, "--micro-batch-size must be >= 1"),
+                  (self.chunk_tokens >= 1, "--chunk-tokens must be >= 1"),
+                  (self.lr > 0, "--lr must be > 0"),
+                  (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
+                  (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
+                  (len(self.update_masks) > 0, "--update-masks names no mask")]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def to_json(self) -> dict:
+        """JSON-ready dict of every option (paths as strings)."""
+        doc = dataclasses.asdict(self)
+        for key, value in doc.items():
+            if isinstance(value, Path):
+                doc[key] = str(value)
+            elif isinstance(value, tuple):
+                doc[key] = list(value)
+        return doc
+
+    def result_affecting(self) -> dict:
+        """The options a resumed run must share with the run it continues."""
+        doc = self.to_json()
+        for key in OPERATIONAL:
+            doc.pop(key)
+        return doc

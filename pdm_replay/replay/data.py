@@ -1,0 +1,139 @@
+"""The log side of replay: check a log can be replayed, draw each seed's samples, read them.
+
+A seed's batch is ``batch_size`` distinct rows drawn by ``numpy.random.default_rng(seed)``
+from the whole log (every file, in sorted file order), returned in log order: the same
+seed always reads the same rows, whatever ran before it.
+
+Examples
+--------
+>>> draw_rows(10, 4, seed=3).tolist() == draw_rows(10, 4, seed=3).tolist()
+True
+>>> draw_rows(3, 8, seed=0).tolist()  # a batch larger than the log takes every row
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pdm_replay.io.reader import FlatTokens, list_parquet_files
+from pdm_replay.schema import ROLLOUT_V1
+from pdm_replay.validate import ValidationReport, check_batch
+
+REPLAY_COLUMNS = ("sample_id", "prompt_ids", "response_ids")
+
+
+@dataclass(frozen=True)
+class LogIndex:
+    """Row counts of every file of a log, for global row indices."""
+
+    files: tuple[Path, ...]
+    rows: tuple[int, ...]
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.rows)
+
+    @classmethod
+    def of(cls, path: Path | str) -> "LogIndex":
+        files = tuple(list_parquet_files(path))
+        return cls(files, tuple(pq.ParquetFile(f).metadata.num_rows for f in files))
+
+
+def draw_rows(n_rows: int, batch_size: int, seed: int) -> np.ndarray:
+    """Sorted distinct global row indices of seed ``seed``'s batch."""
+    if batch_size >= n_rows:
+        return np.arange(n_rows)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_rows, size=batch_size, replace=False))
+
+
+def read_rows(index: LogIndex, rows: np.ndarray) -> pa.Table:
+    """The rollout rows at sorted global indices ``rows`` (only their row groups are read)."""
+    names = [f.name for f in ROLLOUT_V1]
+    tables, start = [], 0
+    for file, count in zip(index.files, index.rows):
+        local = rows[(rows >= start) & (rows < start + count)] - start
+        start += count
+        if local.size == 0:
+            continue
+        pf = pq.ParquetFile(file)
+        cols = [c for c in names if c in pf.schema_arrow.names]
+        bounds = np.cumsum([0] + [pf.metadata.row_group(g).num_rows
+                                  for g in range(pf.num_row_groups)])
+        groups = np.unique(np.searchsorted(bounds, local, side="right") - 1)
+        for g in groups:
+            in_g = local[(local >= bounds[g]) & (local < bounds[g + 1])] - bounds[g]
+            t = pf.read_row_group(int(g), columns=cols).take(pa.array(in_g))
+            tables.append(t.select(cols).cast(pa.schema([ROLLOUT_V1.field(c) for c in cols])))
+    return pa.concat_tables(tables, promote_options="default")
+
+
+@dataclass(frozen=True)
+class SeedBatch:
+    """One seed's samples: per-token arrays plus the token sequences the model reads."""
+
+    flat: FlatTokens
+    prompts: list[list[int]]
+    responses: list[list[int]]
+    sample_ids: list[str]
+
+
+def seed_batch(index: LogIndex, batch_size: int, seed: int, vocab_size: int) -> SeedBatch:
+    """Read seed ``seed``'s batch and flatten it after the ``validate`` checks (per-token
+    lengths, ids, log-probs); the first problem raises ``ValueError`` naming the sample."""
+    table = read_rows(index, draw_rows(index.n_rows, batch_size, seed)).combine_chunks()
+    batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
+    source = index.files[0].parent if len(index.files) > 1 else index.files[0]
+    report = ValidationReport(str(source), max_errors=1)
+    flat = check_batch(batch, str(source), 0, vocab_size, report, set())
+    if not report.ok or flat is None:
+        problem = report.errors[0] if report.errors else "no usable rows"
+        raise ValueError(f"seed {seed}: {problem}; run `pdm-replay validate` on the log")
+    return SeedBatch(flat=flat, prompts=table["prompt_ids"].to_pylist(),
+                     responses=table["response_ids"].to_pylist(),
+                     sample_ids=table["sample_id"].to_pylist())
+
+
+def _first_bad(table: pa.Table, vocab_size: int) -> str | None:
+    """Describe the first sample whose prompt is missing or whose ids leave [0, V)."""
+    lengths = pc.fill_null(pc.list_value_length(table["prompt_ids"]), 0)
+    empty = pc.equal(lengths, 0).combine_chunks()
+    if pc.any(empty).as_py():
+        i = int(np.flatnonzero(empty.to_numpy(zero_copy_only=False))[0])
+        return (f"sample {table['sample_id'][i].as_py()!r} has no prompt_ids; replay "
+                "needs the prompt tokens: log prompt_ids (rollout/v1 'replay' column)")
+    for col in ("prompt_ids", "response_ids"):
+        values = pc.list_flatten(table[col])
+        if len(values) and (pc.min(values).as_py() < 0 or pc.max(values).as_py() >= vocab_size):
+            for sid, row in zip(table["sample_id"].to_pylist(), table[col].to_pylist()):
+                bad = [j for j, t in enumerate(row or []) if not 0 <= t < vocab_size]
+                if bad:
+                    return (f"sample {sid!r} {col}[{bad[0]}] = {row[bad[0]]} is outside the "
+                            f"vocabulary [0, {vocab_size}); the log does not belong to "
+                            "this checkpoint")
+    return None
+
+
+def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
+    """Scan prompt and response ids of the whole log; raise ``ValueError`` naming the file
+    and sample of the first row replay cannot use. Returns the log's :class:`LogIndex`."""
+    index = LogIndex.of(path)
+    for file in index.files:
+        pf = pq.ParquetFile(file)
+        if "prompt_ids" not in pf.schema_arrow.names:
+            raise ValueError(f"{file}: no prompt_ids column; replay needs the prompt tokens "
+                             "of every sample: log prompt_ids (rollout/v1 'replay' column)")
+        for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=65536):
+            problem = _first_bad(pa.Table.from_batches([batch]), vocab_size)
+            if problem:
+                raise ValueError(f"{file}: {problem}")
+    if index.n_rows == 0:
+        raise ValueError(f"{path}: the log holds no rows")
+    return index

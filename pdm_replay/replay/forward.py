@@ -1,0 +1,102 @@
+"""Model passes over micro-batches: statistics without grad, surrogate gradients with grad.
+
+Both walk the same :class:`~pdm_replay.replay.batching.PaddedBatch` list, so token ``i``
+of the seed's flat order is token ``i`` of every pass (pre-update, each mask's gradient,
+post-update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pdm_replay.math.support import Support
+from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.checkpoint import Policy
+from pdm_replay.replay.recompute import SupportStats, support_stats, token_logprob
+from pdm_replay.replay.step import surrogate_loss
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """How to run a pass: the log's sampling temperature and the LM-head chunk size."""
+
+    temperature: float = 1.0
+    chunk_tokens: int = 1024
+
+
+def _slices(batches: list[PaddedBatch]) -> list[slice]:
+    out, start = [], 0
+    for b in batches:
+        out.append(slice(start, start + b.n_tokens))
+        start += b.n_tokens
+    return out
+
+
+def _support_slice(support: Support, sl: slice) -> Support:
+    return Support(ids=support.ids[sl], valid=support.valid[sl])
+
+
+@torch.no_grad()
+def behaviour_hidden(policy: Policy, batches: list[PaddedBatch]) -> list[Tensor]:
+    """Hidden states of the behaviour model, one ``(N_b, H)`` per micro-batch (cached: µ
+    does not change across simulated updates)."""
+    return [policy.hidden(b) for b in batches]
+
+
+@torch.no_grad()
+def forward_stats(policy: Policy, batches: list[PaddedBatch], support: Support,
+                  cfg: PassConfig, behaviour: Policy | None = None,
+                  mu_hidden: list[Tensor] | None = None) -> SupportStats:
+    """π's :class:`SupportStats` for every token of ``batches`` (float64, on CPU).
+
+    With ``behaviour`` and its cached ``mu_hidden`` the exact columns are filled too.
+    """
+    parts = []
+    for i, (batch, sl) in enumerate(zip(batches, _slices(batches))):
+        h_mu = mu_hidden[i] if mu_hidden is not None else None
+        stats = support_stats(policy.hidden(batch), policy.head, _support_slice(support, sl),
+                              temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens,
+                              hidden_mu=h_mu, head_mu=behaviour.head if behaviour else None)
+        parts.append(_to_cpu(stats))
+    return SupportStats.cat(parts)
+
+
+def _to_cpu(stats: SupportStats) -> SupportStats:
+    if stats.logp_s.device.type == "cpu":
+        return stats
+    move = lambda t: t.to("cpu")  # noqa: E731  (blocking: pageable host memory)
+    exact = stats.exact
+    if exact is not None:
+        exact = type(exact)(move(exact.kl_exact), move(exact.logp_mu_k), move(exact.sum_pi_mu))
+    return SupportStats(move(stats.logp_s), move(stats.log_tail), move(stats.sum_pi2), exact)
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Per-token data of the surrogate loss, every field ``(N,)`` in the seed's flat order."""
+
+    token_id: Tensor  # int64
+    logp_behavior: Tensor  # float64, log µ(k) from the log
+    advantage: Tensor  # float64
+
+
+def accumulate_gradients(policy: Policy, batches: list[PaddedBatch], inputs: LossInputs,
+                         weight: Tensor, n_tokens: int, cfg: PassConfig) -> None:
+    """Backward of ``−Σ_t w_t · r_t · Â_t / n_tokens`` into ``p.grad``, one micro-batch at a
+    time (so activation memory is one micro-batch). Tokens with ``w_t = 0`` skip the head.
+    """
+    for batch, sl in zip(batches, _slices(batches)):
+        w = weight[sl]
+        use = torch.nonzero(w != 0)[:, 0]
+        if use.numel() == 0:
+            continue  # no gradient from this micro-batch: skip its forward entirely
+        hidden = policy.hidden(batch)[use.to(policy.device)]
+        logp = token_logprob(hidden, policy.head, inputs.token_id[sl][use],
+                             temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens)
+        dev = logp.device
+        loss = surrogate_loss(logp, inputs.logp_behavior[sl][use].to(dev),
+                              inputs.advantage[sl][use].to(dev), w[use].to(dev), n_tokens)
+        loss.backward()

@@ -1,0 +1,290 @@
+"""Replay orchestration (SPEC §6): load, check, then for each seed recompute π, decide the
+masks, simulate one step per update mask, and write the seed's parts.
+
+Every check that can fail on the inputs (checkpoint files, vocabulary, tokenizer, prompt
+ids, token ranges, an existing run directory) runs before the run directory is created.
+A seed's results depend only on the seed and the configuration, so a resumed run equals
+an uninterrupted one.
+
+Examples
+--------
+>>> import pathlib, tempfile
+>>> from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> try:
+...     run_replay(ReplayConfig(log=d / "missing.parquet", checkpoint=d, out=d / "run"))
+... except ValueError as exc:
+...     print(str(exc).split(": ", 1)[1])
+no config.json; pass a save_pretrained directory
+>>> (d / "run").exists()
+False
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import torch
+
+from pdm_replay.io.atomic import write_table_atomic
+from pdm_replay.io.reader import read_meta
+from pdm_replay.masks import Mask, apply_masks, build_masks
+from pdm_replay.replay import manifest as mf
+from pdm_replay.replay.batching import PaddedBatch, micro_batches
+from pdm_replay.replay.checkpoint import (Policy, check_checkpoint_dir, check_compatible,
+                                          load_policy)
+from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
+from pdm_replay.replay.data import LogIndex, check_replayable, seed_batch
+from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
+                                       behaviour_hidden, forward_stats)
+from pdm_replay.replay.step import GradReduce, ParamSnapshot, simulated_step
+from pdm_replay.replay.summary import Alignment, alignment_summary
+from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
+                                      tokens_part, updates_part)
+from pdm_replay.schema import RolloutMeta
+
+Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
+
+
+@dataclass
+class Context:
+    """What every seed shares: config, models, the log index, the parameter snapshot."""
+
+    cfg: ReplayConfig
+    meta: RolloutMeta
+    policy: Policy
+    behaviour: Policy | None
+    index: LogIndex
+    layout: mf.RunLayout
+    record_masks: dict[str, Mask]
+    update_masks: dict[str, Mask]
+    snapshot: ParamSnapshot
+    grad_reduce: GradReduce | None = None
+    pass_cfg: PassConfig = field(default_factory=PassConfig)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    run_dir: Path
+    manifest: dict
+    summary: list[Alignment]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _device_info(device: str) -> dict:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: CUDA is not available on this machine")
+        name = torch.cuda.get_device_name(dev)
+    else:
+        import platform
+        name = platform.processor() or platform.machine()
+    return {"device": device, "name": name, "torch_threads": torch.get_num_threads()}
+
+
+def _warnings(cfg: ReplayConfig, meta: RolloutMeta) -> list[str]:
+    out = []
+    if meta.truncated_sampler:
+        out.append(f"the sampler truncated (top_p={meta.top_p}, top_k={meta.top_k_sampling}):"
+                   " the logged µ tail is not the model's tail")
+    if meta.logprobs_mode == "processed":
+        out.append("logprobs_mode=processed: logged µ are post-processing log-probs")
+    if cfg.dtype != "float32":
+        out.append(f"the simulated step updates {cfg.dtype} weights: steps below the "
+                   f"{cfg.dtype} resolution vanish; use --dtype float32 for faithful ΔD")
+    return out
+
+
+def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
+    layout = mf.RunLayout(cfg.out)
+    if not cfg.out.exists():
+        return layout
+    if not cfg.resume:
+        raise ValueError(f"{cfg.out}: run directory exists; pass --resume to continue it or "
+                         "choose a new --out")
+    old = mf.read_manifest(layout)
+    before, now = old.get("config", {}), cfg.result_affecting()
+    differ = sorted(k for k in set(before) | set(now)
+                    if k not in OPERATIONAL and before.get(k) != now.get(k))
+    differ += [f"{k} (content)" for k in hashes if old.get("hashes", {}).get(k) != hashes[k]]
+    if differ:
+        raise ValueError(f"{cfg.out}: --resume with different inputs ({', '.join(differ)}); "
+                         "resume with the original options or choose a new --out")
+    return layout
+
+
+def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogIndex]:
+    for path in (cfg.checkpoint, cfg.behavior_checkpoint):
+        if path is not None:
+            check_checkpoint_dir(path, allow_pickle=cfg.allow_pickle,
+                                 trust_remote_code=cfg.trust_remote_code)
+    meta = read_meta(cfg.log)
+    if meta.temperature is not None and meta.temperature <= 0:
+        raise ValueError(f"{cfg.log}: footer temperature={meta.temperature}; replay needs the "
+                         "sampling temperature (> 0) that µ was sampled at")
+    load = lambda p: load_policy(p, dtype=cfg.dtype, device=cfg.device,  # noqa: E731
+                                 allow_pickle=cfg.allow_pickle,
+                                 trust_remote_code=cfg.trust_remote_code)
+    policy = load(cfg.checkpoint)
+    check_compatible(policy, meta, cfg.log, cfg.tokenizer_check)
+    behaviour = None
+    if cfg.behavior_checkpoint is not None:
+        behaviour = load(cfg.behavior_checkpoint)
+        check_compatible(behaviour, meta, cfg.log, cfg.tokenizer_check)
+        behaviour.model.requires_grad_(False)
+    index = check_replayable(cfg.log, policy.vocab_size)
+    return meta, policy, behaviour, index
+
+
+def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
+              batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
+              mu_hidden: list[torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """One update mask: step, post-update statistics, restore. Returns updates columns."""
+    weight = (keep & loss_mask).double()
+    n_tokens = int(loss_mask.sum())  # every loss token: a mask never changes the normaliser
+    params = ctx.snapshot.params
+    post = simulated_step(
+        params, ctx.snapshot,
+        lambda: accumulate_gradients(ctx.policy, batches, inputs, weight, n_tokens,
+                                     ctx.pass_cfg),
+        optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr, grad_reduce=ctx.grad_reduce,
+        measure=lambda snap: forward_stats(ctx.policy, batches, pre.support, ctx.pass_cfg,
+                                           ctx.behaviour, mu_hidden))
+    return post_columns(pre, post)
+
+
+def _deviation(logp_k: torch.Tensor, train: np.ndarray | None, sel: np.ndarray) -> dict:
+    if train is None or not sel.any():
+        return {"max": None, "sum": 0.0, "count": 0}
+    diff = np.abs(logp_k.numpy()[sel] - train[sel])
+    return {"max": float(diff.max()), "sum": float(diff.sum()), "count": int(sel.sum())}
+
+
+def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
+    """Replay one seed and write its parts and done marker; returns the marker record."""
+    t0 = time.perf_counter()
+    sb = seed_batch(ctx.index, ctx.cfg.batch_size, seed, ctx.policy.vocab_size)
+    flat = sb.flat
+    batches = micro_batches(sb.prompts, sb.responses, ctx.cfg.micro_batch_size)
+    support, mu = log_support(flat)
+    mu_hidden = behaviour_hidden(ctx.behaviour, batches) if ctx.behaviour else None
+    pi = forward_stats(ctx.policy, batches, support, ctx.pass_cfg, ctx.behaviour, mu_hidden)
+    pre = pre_update(flat, support, mu, pi, ctx.policy.vocab_size)
+    tokens = tokens_part(flat, pre, ctx.record_masks, seed, ctx.cfg.thresholds,
+                         {"vocab_size": str(ctx.policy.vocab_size),
+                          "source_log": str(ctx.cfg.log)})
+    n = int(flat.loss_mask.sum())
+    timings = {"read_and_pre_s": time.perf_counter() - t0}
+    tick(n)
+    loss_mask = torch.from_numpy(flat.loss_mask)
+    inputs = LossInputs(torch.from_numpy(flat.token_id), torch.from_numpy(flat.logp_behavior),
+                        torch.from_numpy(flat.advantage))
+    parts = []
+    for name, keep in apply_masks(ctx.update_masks, pre.stats).items():
+        t1 = time.perf_counter()
+        cols = _simulate(ctx, keep, pre, batches, inputs, loss_mask, mu_hidden)
+        parts.append(updates_part(flat, seed, name, keep, cols))
+        timings[f"update_{name}_s"] = time.perf_counter() - t1
+        tick(n)
+    write_table_atomic(ctx.layout.tokens_part(seed), tokens)
+    write_table_atomic(ctx.layout.updates_part(seed), pa.concat_tables(parts))
+    timings["total_s"] = time.perf_counter() - t0
+    record = {"seed": seed, "samples": len(sb.sample_ids), "tokens": n, "timings": timings,
+              "deviation": _deviation(pi.logp_k, flat.train_logprobs, flat.loss_mask)}
+    ctx.layout.mark_done(seed, record)
+    return record
+
+
+def _aggregate_deviation(records: list[dict]) -> dict | None:
+    devs = [r["deviation"] for r in records if r["deviation"]["count"]]
+    if not devs:
+        return None
+    count = sum(d["count"] for d in devs)
+    return {"max": max(d["max"] for d in devs), "mean": sum(d["sum"] for d in devs) / count,
+            "tokens": count}
+
+
+def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> list[Alignment]:
+    """Alignment numbers pooled over the finished ``seeds`` of a run directory."""
+    if not seeds:
+        return []
+    read = lambda f, cols: pl.concat([pl.read_parquet(f(s), columns=cols)  # noqa: E731
+                                      for s in seeds])
+    tokens = read(layout.tokens_part, ["seed", "sample_id", "pos", "kl_topk", "tv_topk"])
+    updates = read(layout.updates_part, ["seed", "update_mask", "sample_id", "pos", "kept",
+                                         "delta_kl_topk", "delta_tv_topk"])
+    t = cfg.thresholds
+    return alignment_summary(tokens, updates, delta_kl=t.delta_kl, delta_tv=t.delta_tv)
+
+
+def _start(cfg: ReplayConfig) -> tuple[Context, dict]:
+    t0 = time.perf_counter()
+    meta, policy, behaviour, index = _load(cfg)
+    load_s = time.perf_counter() - t0
+    hashes = {"log": mf.content_hashes(cfg.log), "checkpoint": mf.content_hashes(cfg.checkpoint)}
+    if cfg.behavior_checkpoint is not None:
+        hashes["behavior_checkpoint"] = mf.content_hashes(cfg.behavior_checkpoint)
+    layout = _check_run_dir(cfg, hashes)
+    doc = {"kind": "pdm_replay.replay", "status": "running", "config": cfg.to_json(),
+           "versions": mf.package_versions(), "hashes": hashes, "device": _device_info(cfg.device),
+           "log_meta": asdict(meta), "log_rows": index.n_rows, "warnings": _warnings(cfg, meta),
+           "started_at": _now(), "timings": {"load_s": load_s,
+                                             "hash_s": time.perf_counter() - t0 - load_s}}
+    temperature = 1.0 if meta.temperature is None else meta.temperature
+    ctx = Context(cfg=cfg, meta=meta, policy=policy, behaviour=behaviour, index=index,
+                  layout=layout, record_masks=build_masks(cfg.masks, cfg.thresholds),
+                  update_masks=build_masks(cfg.update_masks, cfg.thresholds),
+                  snapshot=ParamSnapshot(list(policy.model.parameters())),
+                  pass_cfg=PassConfig(temperature=temperature, chunk_tokens=cfg.chunk_tokens))
+    return ctx, doc
+
+
+def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
+               grad_reduce: GradReduce | None = None) -> ReplayResult:
+    """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary."""
+    ctx, doc = _start(cfg)
+    ctx.grad_reduce = grad_reduce
+    layout, t0 = ctx.layout, time.perf_counter()
+    mf.write_manifest(layout, doc)
+    finished = set(layout.finished_seeds())
+    todo = [s for s in range(cfg.seeds) if s not in finished]
+    stages = len(todo) * (1 + len(ctx.update_masks))
+    state = {"stages": 0, "tokens": 0.0}
+
+    def tick(tokens: int) -> None:
+        # A seed's tokens count once, spread over its stages (pre pass + one per mask).
+        state["stages"] += 1
+        state["tokens"] += tokens / (1 + len(ctx.update_masks))
+        if on_progress:
+            on_progress(state["stages"], stages,
+                        state["tokens"] / max(time.perf_counter() - t0, 1e-9))
+    try:
+        for seed in todo:
+            layout.clear_seed(seed)  # what an interrupted attempt left behind
+            replay_seed(ctx, seed, tick)
+    except BaseException as exc:
+        doc.update(status="failed", error=f"{type(exc).__name__}: {exc}", failed_at=_now())
+        mf.write_manifest(layout, doc)
+        raise
+    seeds = list(range(cfg.seeds))
+    records = [layout.read_done(s) for s in seeds]
+    summary = run_summary(layout, seeds, cfg)
+    doc["timings"].update(seeds_s=time.perf_counter() - t0,
+                          per_seed={str(r["seed"]): r["timings"] for r in records})
+    doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
+               recompute_deviation=_aggregate_deviation(records),
+               tokens=sum(r["tokens"] for r in records),
+               summary=[asdict(a) for a in summary])
+    mf.write_manifest(layout, doc)
+    return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)

@@ -1,0 +1,112 @@
+"""One simulated optimizer step (SPEC §6) and the bit-exact restore around it (pure torch).
+
+:func:`simulated_step` is the only place parameters change: it zeroes the gradients, runs
+the caller's ``backward`` (which fills ``p.grad``), lets an optional ``grad_reduce`` hook
+combine gradients across processes (torch.distributed all-reduce), takes one step of a
+fresh optimizer, hands the caller a :class:`ParamSnapshot` to measure with (``Δθ`` is
+``snapshot.delta()``, still available there), and restores θ from the snapshot.
+
+One snapshot serves a whole run: θ is restored after every step, so the snapshot taken
+at the start stays the reference. Restoring is ``copy_`` of the saved tensors: bit-exact.
+
+Examples
+--------
+>>> import torch
+>>> w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+>>> snap = ParamSnapshot([w])
+>>> def backward(): (w * torch.tensor([1.0, -1.0])).sum().backward()
+>>> delta = simulated_step([w], snap, backward, optimizer="sgd", lr=0.5,
+...                        measure=lambda s: s.delta()[0].tolist())
+>>> delta, w.tolist(), snap.matches()
+([-0.5, 0.5], [1.0, 2.0], True)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+OPTIMIZERS = ("adam", "sgd")
+T = TypeVar("T")
+GradReduce = Callable[[Sequence[nn.Parameter]], None]
+
+
+class ParamSnapshot:
+    """A copy of every parameter, on ``device`` (default: where each parameter lives).
+
+    On a GPU, ``device="cpu"`` keeps the copy in (pinned) host memory instead.
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter], device: str | None = None) -> None:
+        self.params = list(params)
+        pin = device == "cpu" and torch.cuda.is_available()
+        self.saved = [p.detach().to(device or p.device, copy=True) for p in self.params]
+        if pin:
+            self.saved = [s.pin_memory() for s in self.saved]
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for p, s in zip(self.params, self.saved):
+            p.copy_(s, non_blocking=False)
+
+    @torch.no_grad()
+    def delta(self) -> list[Tensor]:
+        """``Δθ = θ − θ_saved`` per parameter (call before :meth:`restore`)."""
+        return [p.detach() - s.to(p.device) for p, s in zip(self.params, self.saved)]
+
+    @torch.no_grad()
+    def matches(self) -> bool:
+        """True iff every parameter is bit-identical to the saved copy."""
+        return all(torch.equal(p.detach().cpu(), s.cpu()) for p, s in zip(self.params,
+                                                                          self.saved))
+
+
+def make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float
+                   ) -> torch.optim.Optimizer:
+    """A fresh optimizer (no state): the first step of a new run, as the paper simulates."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
+
+
+def surrogate_loss(logp_k: Tensor, logp_mu_k: Tensor, advantage: Tensor, weight: Tensor,
+                   n_tokens: int) -> Tensor:
+    """``−Σ_t w_t · r_t · Â_t / n_tokens`` with ``r = exp(log π(k) − log µ(k))``; all ``(N,)``.
+
+    ``n_tokens`` counts every loss token of the (global) batch, so a mask that drops tokens
+    does not change the normalisation of the ones it keeps.
+
+    >>> import torch
+    >>> lp = torch.log(torch.tensor([0.5, 0.25]))
+    >>> float(surrogate_loss(lp, lp, torch.tensor([1.0, -2.0]), torch.tensor([1.0, 1.0]), 4))
+    0.25
+    """
+    r = torch.exp(logp_k.double() - logp_mu_k.double())
+    return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
+
+
+def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
+                   backward: Callable[[], None], *, optimizer: str, lr: float,
+                   measure: Callable[[ParamSnapshot], T],
+                   grad_reduce: GradReduce | None = None) -> T:
+    """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ."""
+    for p in params:
+        p.grad = None
+    try:
+        backward()
+        if grad_reduce is not None:
+            # Every process must reduce every tensor, also where its own tokens gave none.
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grad_reduce(params)
+        make_optimizer(optimizer, params, lr).step()
+        return measure(snapshot)
+    finally:
+        for p in params:
+            p.grad = None
+        snapshot.restore()

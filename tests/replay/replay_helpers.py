@@ -1,0 +1,48 @@
+"""Builders for the replay tests: tiny random Qwen3 checkpoints and ragged synthetic logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+
+from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.io.rollouts import write_rollouts
+from pdm_replay.schema import PER_TOKEN_COLUMNS
+
+VOCAB = 384
+LOG_CFG = SyntheticLogConfig(n_samples=16, response_len=6, vocab_size=VOCAB, top_k=6,
+                             prompt_len=5, group_size=4, mismatch=0.5, seed=3)
+
+
+def tiny_qwen3(seed: int, vocab: int = VOCAB):
+    """A random 2-layer Qwen3ForCausalLM with hidden size 32 (logits std ~1 via init)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=8, max_position_embeddings=128, tie_word_embeddings=False,
+                      initializer_range=0.2)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def save_tiny(path: Path, seed: int, vocab: int = VOCAB) -> Path:
+    tiny_qwen3(seed, vocab).save_pretrained(path)
+    return path
+
+
+def ragged_log(target: Path, cfg: SyntheticLogConfig = LOG_CFG) -> Path:
+    """The synthetic log with prompts of 1..prompt_len and responses of 2..response_len
+    tokens, so micro-batches need padding."""
+    full = write_synthetic_log(target.with_suffix(".full.parquet"), cfg)
+    rows = pq.read_table(full).to_pylist()
+    for i, row in enumerate(rows):
+        if row["prompt_ids"] is not None:
+            row["prompt_ids"] = row["prompt_ids"][: 1 + i % cfg.prompt_len]
+        t = 2 + (i * 7) % (cfg.response_len - 1)
+        for name in PER_TOKEN_COLUMNS:
+            if row.get(name) is not None:
+                row[name] = row[name][:t]
+    return write_rollouts(target, rows, cfg.meta())

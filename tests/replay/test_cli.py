@@ -1,0 +1,52 @@
+"""``pdm-replay replay`` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pdm_replay.cli import app
+
+runner = CliRunner()
+
+
+def text(res) -> str:
+    """The output with rich's line wrapping undone."""
+    return " ".join(res.output.split())
+
+
+def test_replay_cli_runs_and_prints_summary(tmp_path: Path, replay_log: Path,
+                                            model_dir: Path) -> None:
+    out = tmp_path / "run"
+    args = ["replay", str(replay_log), "--checkpoint", str(model_dir), "--out", str(out),
+            "--seeds", "2", "--batch-size", "6", "--optimizer", "sgd", "--lr", "0.1",
+            "--chunk-tokens", "32", "--delta-kl", "0.5", "--masks", "none,pdm_kl_agg",
+            "--update-masks", "none,dppo_topk_kl,pdm_kl_agg"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "replayed" in res.output and "KL agg" in res.output
+    assert "recompute vs logged train_logprobs" in res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["optimizer"] == "sgd"
+    assert manifest["config"]["thresholds"]["delta_kl"] == 0.5
+    assert manifest["config"]["masks"] == ["none", "pdm_kl_agg"]
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "--resume" in text(again)
+    resumed = runner.invoke(app, args + ["--resume"])
+    assert resumed.exit_code == 0, resumed.output
+
+
+def test_replay_cli_bad_input_is_clear_error(tmp_path: Path, replay_log: Path) -> None:
+    res = runner.invoke(app, ["replay", str(replay_log), "--checkpoint", str(tmp_path),
+                              "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "no config.json" in text(res)
+    assert not (tmp_path / "run").exists()
+
+
+def test_replay_cli_unknown_update_mask(tmp_path: Path, replay_log: Path,
+                                        model_dir: Path) -> None:
+    res = runner.invoke(app, ["replay", str(replay_log), "--checkpoint", str(model_dir),
+                              "--out", str(tmp_path / "run"), "--update-masks", "nope"])
+    assert res.exit_code == 2 and "unknown mask(s) nope" in text(res)
