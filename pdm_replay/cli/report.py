@@ -1,0 +1,107 @@
+"""``pdm-replay report`` and ``pdm-replay sql``: the direction analysis of a run, and
+ad-hoc SQL over every report view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import duckdb
+import typer
+from rich.markup import escape
+from typer.core import TyperCommand
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import fail
+from pdm_replay.report.build import ReportConfig
+from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+from pdm_replay.report.produce import SqlConfig, produce_report, run_sql
+
+RUN_HELP = ("A replay run directory (manifest.json, tokens/, updates/) or the tokens file "
+            "written by `pdm-replay masks`.")
+MEMORY_HELP = "DuckDB memory limit (it spills to a temp directory beyond it)."
+ERRORS = (FileNotFoundError, ValueError, ImportError, duckdb.Error)
+
+
+def _keep(value: Any) -> Any:
+    return value
+
+
+class _NameValueCommand(TyperCommand):
+    """Typer has no ``multiple`` option of pairs: make ``--param`` take two values."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "param":
+                param.nargs = 2
+
+
+@app.command()
+def report(
+    run: Path = typer.Argument(..., help=RUN_HELP),
+    fmt: str = typer.Option("table", "--format", "-f",
+                            help="table | markdown | json | html (html embeds the plots)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Write here (atomically) instead of stdout."),
+    plots_dir: Optional[Path] = typer.Option(None, "--plots-dir",
+                                             help="Also write the plots as PNG files here."),
+    memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1,
+                                          help="DuckDB threads (default: all cores)."),
+    bootstrap_samples: int = typer.Option(2000, "--bootstrap-samples", min=1,
+                                          help="Bootstrap draws for the seed-win intervals."),
+    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999,
+                                     help="Level of the bootstrap intervals."),
+    bootstrap_seed: int = typer.Option(0, "--bootstrap-seed",
+                                       help="Seed of the bootstrap (results are repeatable)."),
+) -> None:
+    """Headline direction analysis (out-of-region and disagreement tokens per seed, unsafe
+    and corrective keeps of ratio vs predictive masks, seed wins with sign-test and
+    Wilcoxon p-values), mask summary, estimator accuracy and log health. On `masks`
+    output it shows what needs no replay and says what does."""
+    cfg = ReportConfig(source=run, format=fmt, out=out, plots_dir=plots_dir,
+                       memory_limit=memory_limit, threads=threads,
+                       bootstrap_samples=bootstrap_samples, confidence=confidence,
+                       bootstrap_seed=bootstrap_seed)
+    try:
+        _, text = produce_report(cfg)
+    except ERRORS as err:
+        fail(escape(str(err)))  # messages hold [brackets], e.g. pdm_replay[report]
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        typer.echo(f"wrote {out}", err=True)
+
+
+@app.command(cls=_NameValueCommand)
+def sql(
+    run: Path = typer.Argument(..., help=RUN_HELP),
+    query: str = typer.Argument(..., help="SQL over the views: tokens, updates, "
+                                "out_of_region, disagreements, alignment_by_seed, seed_wins, "
+                                "sign_accuracy, estimator_accuracy, mask_summary, log_health, "
+                                "settings, masks, mask_pairs, ..."),
+    param: Optional[list[str]] = typer.Option(
+        None, "--param", "-p", metavar="NAME VALUE", parser=_keep,
+        help="Bind $NAME to VALUE (repeatable); values are data, never SQL."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Write here (atomically); needed for parquet."),
+    max_rows: int = typer.Option(50, "--max-rows", min=1, help="Rows shown by --format table."),
+    memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="DuckDB threads."),
+) -> None:
+    """Run one SQL query over a run's views (read-only: the connection may read the run's
+    files and nothing else). Example: pdm-replay sql RUN "SELECT * FROM disagreements
+    WHERE seed = $s" -p s 3"""
+    cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
+                    format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
+                    threads=threads)
+    try:
+        text = run_sql(cfg)
+    except ERRORS as err:
+        fail(escape(str(err)))  # messages hold [brackets], e.g. pdm_replay[report]
+    if text is not None:
+        typer.echo(text, nl=False)
+    else:
+        typer.echo(f"wrote {out}", err=True)

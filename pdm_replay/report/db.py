@@ -1,0 +1,215 @@
+"""A DuckDB connection with every report view registered over a run, read in place.
+
+The SQL lives in ``pdm_replay/sql/*.sql`` (package data). Values reach it only as ``$name``
+parameters; the file lists and thresholds sit in one DuckDB variable (``report_run``) that
+the views read with ``getvariable``. With ``sandbox=True`` (the default) the connection may
+read the run's Parquet files and nothing else, and cannot write files or change settings,
+so ad-hoc ``pdm-replay sql`` queries are harmless.
+
+Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs``,
+``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
+or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
+``seed_wins``, ``realized_none``, ``sign_accuracy``, ``estimator_accuracy``,
+``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from pdm_replay.report.synthetic import write_synthetic_run
+>>> run = write_synthetic_run(pathlib.Path(tempfile.mkdtemp()) / "run", seeds=(0, 1),
+...                           rows_per_seed=500)
+>>> with connect(run) as db:
+...     db.query("SELECT count(*) AS n FROM tokens WHERE seed = $s", {"s": 1})
+shape: (1, 1)
+┌─────┐
+│ n   │
+│ --- │
+│ i64 │
+╞═════╡
+│ 500 │
+└─────┘
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Mapping
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from pdm_replay.masks import MASKS
+from pdm_replay.report.run import RunInfo, discover_run
+from pdm_replay.run_masks import comparison_pairs
+from pdm_replay.schema import UPDATES_V1, tokens_schema
+
+VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
+              "views_summary.sql")
+DEFAULT_MEMORY_LIMIT = "1GB"
+
+
+def load_sql(name: str) -> str:
+    """The text of ``pdm_replay/sql/<name>``.
+
+    >>> "CREATE OR REPLACE VIEW tokens" in load_sql("base_tokens.sql")
+    True
+    """
+    return files("pdm_replay").joinpath("sql", name).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def named_queries(name: str = "queries.sql") -> dict[str, str]:
+    """The ``-- name: <query>`` blocks of a packaged SQL file, by name.
+
+    >>> "mask_summary" in named_queries()
+    True
+    """
+    queries: dict[str, str] = {}
+    current: str | None = None
+    for line in load_sql(name).splitlines():
+        if line.startswith("-- name:"):
+            current = line.split(":", 1)[1].strip()
+            queries[current] = ""
+        elif current is not None:
+            queries[current] += line + "\n"
+    return {k: v.strip() for k, v in queries.items()}
+
+
+class ReportDB:
+    """An open DuckDB connection over one run; use :func:`connect` to make one.
+
+    ``con`` is the raw ``duckdb.DuckDBPyConnection``; ``info`` describes the run.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, info: RunInfo,
+                 temp_dir: Path | None = None) -> None:
+        self.con = con
+        self.info = info
+        self._temp_dir = temp_dir
+        self._cached = False
+
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
+        table = self.con.sql(sql, params=dict(params) if params else None).to_arrow_table()
+        return pl.DataFrame(pl.from_arrow(table))
+
+    def named(self, name: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run the API query ``name`` of ``pdm_replay/sql/queries.sql`` with ``params``."""
+        return self.query(named_queries()[name], params)
+
+    def arrow_batches(self, sql: str, params: Mapping[str, Any] | None = None,
+                      batch_rows: int = 65536) -> pa.RecordBatchReader:
+        """Stream the result of ``sql`` as Arrow record batches (bounded memory)."""
+        relation = self.con.sql(sql, params=dict(params) if params else None)
+        return relation.to_arrow_reader(batch_rows)
+
+    def cache_disagreements(self) -> None:
+        """Compute the disagreement set once and let every view read the copy.
+
+        Worth it before several reports on one connection (``build_report`` calls it); the
+        run must not change while the connection is open.
+        """
+        if not self._cached:
+            self.con.execute(load_sql("cache_disagreements.sql"))
+            self._cached = True
+
+    def close(self) -> None:
+        self.con.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def __enter__(self) -> "ReportDB":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+            threads: int | None = None, sandbox: bool = True) -> ReportDB:
+    """Open an in-memory DuckDB with every report view over ``source``.
+
+    ``source`` is a replay run directory, a ``pdm-replay masks`` tokens file, or the
+    :class:`RunInfo` of one. ``memory_limit`` bounds DuckDB's buffers (it spills to a
+    private temp directory beyond it); ``threads`` defaults to DuckDB's choice.
+    """
+    info = source if isinstance(source, RunInfo) else discover_run(source)
+    temp_dir = Path(tempfile.mkdtemp(prefix="pdm_replay_duckdb_"))
+    config: dict[str, Any] = {"memory_limit": memory_limit, "temp_directory": str(temp_dir)}
+    if threads:
+        config["threads"] = threads
+    con = duckdb.connect(":memory:", config=config)
+    try:
+        _register(con, info)
+        if sandbox:
+            _lock_down(con, info, temp_dir)
+    except BaseException:
+        con.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    return ReportDB(con, info, temp_dir)
+
+
+def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
+    """The ``masks`` (registry + presence) and ``mask_pairs`` tables."""
+    present = set(info.masks)
+    names = list(MASKS) + [m for m in info.masks if m not in MASKS]
+    specs = [MASKS.get(n) for n in names]
+    masks = pa.table({
+        "ord": pa.array(range(len(names)), pa.int32()),
+        "name": names,
+        "family": [s.family if s else None for s in specs],
+        "direction": [s.direction if s else None for s in specs],
+        "estimator": [s.estimator if s else None for s in specs],
+        "present": [n in present for n in names],
+        "doc": [s.doc if s else "not in this version's registry" for s in specs],
+    })
+    pairs = comparison_pairs(list(MASKS))
+    mask_pairs = pa.table({
+        "family": [p[0] for p in pairs], "estimator": [p[1] for p in pairs],
+        "ratio_mask": [p[2] for p in pairs], "predictive_mask": [p[3] for p in pairs],
+        "present": [p[2] in present and p[3] in present for p in pairs],
+    })
+    return masks, mask_pairs
+
+
+def _register(con: duckdb.DuckDBPyConnection, info: RunInfo) -> None:
+    masks, mask_pairs = _registry_tables(info)
+    # Registered Arrow objects become views of these names; templates carry every column
+    # of the contracts so that the SQL never depends on which columns a run has.
+    con.register("tokens_template", tokens_schema(list(MASKS), replay=True,
+                                                  exact=True).empty_table())
+    con.register("updates_template", UPDATES_V1.empty_table())
+    con.register("masks", masks)
+    con.register("mask_pairs", mask_pairs)
+    t = info.thresholds
+    con.execute(load_sql("report_run.sql"), {
+        "kind": info.kind,
+        "tokens_files": [str(p.resolve()) for p in info.tokens_files],
+        "updates_files": [str(p.resolve()) for p in info.updates_files] or [""],
+        "hive_partitioning": info.kind == "replay",
+        "eps": t.eps, "eps_low": t.eps_low, "eps_high": t.eps_high,
+        "delta_kl": t.delta_kl, "delta_tv": t.delta_tv,
+        "thresholds_source": info.thresholds_source,
+    })
+    con.execute(load_sql("base_tokens.sql"))
+    con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
+    for name in VIEW_FILES:
+        con.execute(load_sql(name))
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, info: RunInfo, temp_dir: Path) -> None:
+    """Allow reading the run's files only; no other file access, no setting changes."""
+    paths = [str(p.resolve()) for p in (*info.tokens_files, *info.updates_files)]
+    con.execute("SET allowed_paths = $paths", {"paths": paths})
+    con.execute("SET allowed_directories = $dirs", {"dirs": [str(temp_dir)]})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")

@@ -1,0 +1,130 @@
+"""Report plots as PNG bytes (matplotlib, the optional ``report`` extra).
+
+- ``kept_deltas``: ΔD of the disagreement tokens each mask kept, under its own update;
+- ``direction_terms``: local vs global term of the KL slope on out-of-region tokens,
+  coloured by whether the predictive sign agreed with the realized ΔD (update ``none``);
+- ``seed_rates``: per-seed unsafe-keep rate, ratio (x) vs predictive (y).
+
+Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so this is safe to
+call from a server (the dashboard).
+
+Examples
+--------
+>>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.report.db import connect
+>>> with connect(example_run()) as db:
+...     pngs = report_plots(db)
+>>> sorted(pngs), pngs["seed_rates"][:4]
+(['direction_terms', 'kept_deltas', 'seed_rates'], b'\\x89PNG')
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pdm_replay.report import api
+from pdm_replay.report.db import ReportDB
+
+INSTALL_HINT = "plots need matplotlib: pip install 'pdm_replay[report]' (or matplotlib>=3.7)"
+PAIR_COLOURS = {("kl", "agg"): "#1f77b4", ("kl", "uniform"): "#17becf",
+                ("tv", "agg"): "#d62728", ("tv", "uniform"): "#ff7f0e"}
+
+
+def _figure(width: float, height: float) -> Any:
+    """A new Agg-backed Figure; a clear ImportError when matplotlib is missing."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(INSTALL_HINT) from err
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
+    """Histograms of ``delta_d_kept`` per (family, estimator), ratio- vs predictive-kept."""
+    pairs = deltas.select("family", "estimator").unique(maintain_order=True).rows()
+    fig = _figure(4.0 * max(len(pairs), 1), 3.2)
+    axes = fig.subplots(1, max(len(pairs), 1), squeeze=False)[0]
+    if not pairs:
+        _empty(axes[0], "no realized ΔD: needs a replay")
+    for ax, (family, estimator) in zip(axes, pairs):
+        sub = deltas.filter((pl.col("family") == family) & (pl.col("estimator") == estimator))
+        values = sub["delta_d_kept"].to_numpy()
+        bins = np.histogram_bin_edges(values, bins=30) if len(values) else 10
+        for kept_by, colour in (("ratio", "#7f7f7f"), ("predictive", "#2ca02c")):
+            part = sub.filter(pl.col("kept_by") == kept_by)
+            mask = part["update_mask"][0] if part.height else kept_by
+            ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=colour,
+                    label=f"kept by {mask} (n={part.height})")
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_title(f"{family}/{estimator}", fontsize=10)
+        ax.set_xlabel("ΔD (> 0: unsafe keep)")
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def direction_terms_png(terms: pl.DataFrame) -> bytes:
+    """Scatter of sign(Â)·local vs sign(Â)·global term; the diagonal is the predictive
+    boundary, the vertical axis the ratio boundary."""
+    fig = _figure(5.5, 4.5)
+    ax = fig.subplots()
+    measured = terms.filter(pl.col("delta_d_none").is_not_null())
+    if measured.height == 0:
+        _empty(ax, "no realized ΔD under `none`: needs a replay")
+        return _png(fig)
+    agree = (np.sign(measured["predicted"].to_numpy())
+             == np.sign(measured["delta_d_none"].to_numpy()))
+    x, y = measured["local_term"].to_numpy(), measured["global_term"].to_numpy()
+    ax.scatter(x[agree], y[agree], s=4, alpha=0.5, color="#2ca02c",
+               label=f"predictive sign = sign(ΔD) ({agree.sum()})")
+    ax.scatter(x[~agree], y[~agree], s=4, alpha=0.7, color="#d62728",
+               label=f"predictive sign ≠ sign(ΔD) ({(~agree).sum()})")
+    lim = float(np.nanmax(np.abs(np.concatenate([x, y])))) or 1.0
+    ax.plot([-lim, lim], [-lim, lim], color="black", lw=0.8, label="local = global")
+    ax.axvline(0.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("sign(Â) · local term (π_k − µ_k)")
+    ax.set_ylabel("sign(Â) · global term")
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def seed_rates_png(rates: pl.DataFrame) -> bytes:
+    """Per-seed unsafe-keep rates, ratio (x) vs predictive (y); below the diagonal = win."""
+    fig = _figure(5.0, 4.5)
+    ax = fig.subplots()
+    both = rates.drop_nulls(["unsafe_ratio", "unsafe_predictive"])
+    if both.height == 0:
+        _empty(ax, "no per-seed rates: needs a replay")
+        return _png(fig)
+    for (family, estimator), g in both.group_by(["family", "estimator"], maintain_order=True):
+        ax.scatter(g["unsafe_ratio"], g["unsafe_predictive"], s=18, alpha=0.8,
+                   color=PAIR_COLOURS.get((family, estimator)), label=f"{family}/{estimator}")
+    ax.plot([0, 1], [0, 1], color="black", lw=0.8)
+    ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("unsafe-keep rate, ratio mask")
+    ax.set_ylabel("unsafe-keep rate, predictive mask")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def report_plots(db: ReportDB, *, max_points: int = 20_000) -> dict[str, bytes]:
+    """Every report plot of ``db``'s run as PNG bytes, by name."""
+    return {"kept_deltas": kept_deltas_png(api.kept_deltas(db)),
+            "direction_terms": direction_terms_png(api.direction_terms(db, limit=max_points)),
+            "seed_rates": seed_rates_png(api.seed_rates(db))}

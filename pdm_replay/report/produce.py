@@ -1,0 +1,175 @@
+"""Orchestration behind ``pdm-replay report`` and ``pdm-replay sql``: connect, query,
+render, write atomically. The CLI only parses options into the configs below.
+
+Examples
+--------
+>>> import tempfile, pathlib, json
+>>> from pdm_replay.report.synthetic import example_run
+>>> out = pathlib.Path(tempfile.mkdtemp()) / "report.json"
+>>> _ = produce_report(ReportConfig(source=example_run(), format="json", out=out))
+>>> sorted(json.loads(out.read_text()))[:3]
+['confidence', 'estimator_accuracy', 'headline']
+>>> text = run_sql(SqlConfig(source=example_run(), query="SELECT $x AS x",
+...                          params=(("x", "'; DROP TABLE tokens; --"),), format="csv"))
+>>> text.splitlines()
+['"x"', '"\\'; DROP TABLE tokens; --"']
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from rich.console import Console
+from rich.table import Table
+
+from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_path_for
+from pdm_replay.report.build import FORMATS, Report, ReportConfig, build_report
+from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, connect
+from pdm_replay.report.render import (render_html, render_json, render_markdown,
+                                      render_table)
+
+SQL_FORMATS = ("table", "csv", "json", "parquet")
+
+
+def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None) -> str:
+    """``report`` as text in ``fmt`` (one of :data:`FORMATS`); html embeds ``plots``."""
+    if fmt == "table":
+        return render_table(report)
+    if fmt == "markdown":
+        return render_markdown(report)
+    if fmt == "json":
+        return render_json(report)
+    if fmt == "html":
+        return render_html(report, plots or {})
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
+    """Build the report of ``cfg.source``; write ``cfg.out`` and PNGs to ``cfg.plots_dir``.
+
+    Returns the report and its rendered text. Plots are made only for html or a plots_dir
+    (they need matplotlib).
+    """
+    if cfg.format not in FORMATS:
+        raise ValueError(f"unknown format {cfg.format!r}; expected one of {', '.join(FORMATS)}")
+    with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
+        report = build_report(db, bootstrap_samples=cfg.bootstrap_samples,
+                              confidence=cfg.confidence, bootstrap_seed=cfg.bootstrap_seed)
+        plots = None
+        if cfg.format == "html" or cfg.plots_dir is not None:
+            from pdm_replay.report.plots import report_plots
+            plots = report_plots(db)
+    text = render(report, cfg.format, plots)
+    if cfg.out is not None:
+        atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
+    if cfg.plots_dir is not None and plots:
+        for name, png in plots.items():
+            atomic_write_bytes(Path(cfg.plots_dir) / f"{name}.png", png)
+    return report, text
+
+
+@dataclass(frozen=True)
+class SqlConfig:
+    """Options of ``pdm-replay sql`` (1:1 with the CLI)."""
+
+    source: Path
+    query: str
+    params: tuple[tuple[str, str], ...] = ()  # (name, value): bound as $name, never inlined
+    format: str = "table"
+    out: Path | None = None
+    max_rows: int = 50  # rows shown by the table format
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+    threads: int | None = None
+
+
+def _param_dict(params: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    names = [n for n, _ in params]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"parameter(s) given twice: {', '.join(dupes)}")
+    bad = [n for n in names if not n.isidentifier()]
+    if bad:
+        raise ValueError(f"parameter name(s) {', '.join(map(repr, bad))} are not identifiers; "
+                         "use -p name value and $name in the query")
+    return dict(params)
+
+
+def run_sql(cfg: SqlConfig) -> str | None:
+    """Run ``cfg.query`` over every report view; return the text, or None when written.
+
+    Values are strings bound as parameters (DuckDB casts them where the query compares
+    them with a typed column; ``$x::INT`` casts explicitly). The connection is sandboxed:
+    it reads the run's files only.
+    """
+    if cfg.format not in SQL_FORMATS:
+        raise ValueError(f"unknown format {cfg.format!r}; expected one of "
+                         f"{', '.join(SQL_FORMATS)}")
+    if cfg.format == "parquet" and cfg.out is None:
+        raise ValueError("--format parquet needs --out FILE")
+    params = _param_dict(cfg.params)
+    with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
+        reader = db.arrow_batches(cfg.query, params)
+        if cfg.format == "parquet":
+            with AtomicParquetWriter(Path(cfg.out), reader.schema) as writer:
+                for batch in reader:
+                    writer.write(batch)
+            return None
+        if cfg.format == "csv":
+            return _write_csv(reader, cfg.out)
+        if cfg.format == "json":
+            text = pl.DataFrame(pl.from_arrow(reader.read_all())).write_json() + "\n"
+        else:
+            text = _table_text(reader, cfg.max_rows)
+    if cfg.out is not None:
+        atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
+        return None
+    return text
+
+
+def _write_csv(reader: pa.RecordBatchReader, out: Path | None) -> str | None:
+    """Stream CSV to ``out`` atomically (bounded memory), or return it as text."""
+    if out is None:
+        sink = io.BytesIO()
+        with pacsv.CSVWriter(sink, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        return sink.getvalue().decode("utf-8")
+    tmp = temp_path_for(Path(out))
+    try:
+        with pacsv.CSVWriter(str(tmp), reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return None
+
+
+def _table_text(reader: pa.RecordBatchReader, max_rows: int) -> str:
+    """The first ``max_rows`` rows as a rich table; says when more rows were left out."""
+    batches, n = [], 0
+    for batch in reader:
+        batches.append(batch)
+        n += batch.num_rows
+        if n > max_rows:  # one row past the limit tells that rows were left out
+            break
+    shown = pa.Table.from_batches(batches, reader.schema)
+    more = shown.num_rows > max_rows
+    frame = pl.DataFrame(pl.from_arrow(shown.slice(0, max_rows)))
+    table = Table(show_lines=False)
+    for name in frame.columns:
+        table.add_column(name, overflow="fold")
+    for row in frame.rows():
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    console = Console(file=io.StringIO(), width=200, record=True, color_system=None)
+    console.print(table)
+    if more:
+        console.print(f"(first {max_rows} rows shown; use --format csv/json/parquet for all)")
+    return console.export_text()

@@ -1,0 +1,75 @@
+-- Queries of the Python API (pdm_replay.report.api), one per "-- name:" block.
+-- Values arrive only as $parameters.
+
+-- name: settings
+SELECT * FROM settings;
+
+-- name: mask_summary
+SELECT * EXCLUDE (ord) FROM mask_summary ORDER BY ord NULLS LAST, mask;
+
+-- name: mask_summary_by_seed
+SELECT * EXCLUDE (ord) FROM mask_summary_by_seed ORDER BY seed, ord NULLS LAST, mask;
+
+-- name: disagreements
+SELECT *
+FROM disagreements
+WHERE ($family IS NULL OR family = $family)
+  AND ($estimator IS NULL OR estimator = $estimator)
+  AND ($seed IS NULL OR seed = $seed)
+ORDER BY seed, family, estimator, sample_id, pos
+LIMIT $limit OFFSET $offset;
+
+-- name: alignment_by_seed
+SELECT * FROM alignment_by_seed
+ORDER BY seed, family, estimator, direction DESC;
+
+-- name: alignment
+-- Pooled over seeds: rates are sums of counts over sums of measured tokens.
+SELECT family, estimator, direction, update_mask,
+       count(*) AS n_seeds,
+       CAST(sum(n_out_of_region) AS BIGINT) AS n_out_of_region,
+       CAST(sum(n_disagree) AS BIGINT) AS n_disagree,
+       CAST(sum(n_kept) AS BIGINT) AS n_kept,
+       CAST(sum(n_measured) AS BIGINT) AS n_measured,
+       CAST(sum(n_unsafe) AS BIGINT) AS n_unsafe,
+       CAST(sum(n_corrective) AS BIGINT) AS n_corrective,
+       sum(n_unsafe) / nullif(sum(n_measured), 0) AS unsafe_keep_rate,
+       sum(n_corrective) / nullif(sum(n_measured), 0) AS corrective_rate
+FROM alignment_by_seed
+GROUP BY family, estimator, direction, update_mask
+ORDER BY family, estimator, direction DESC;
+
+-- name: seed_rates
+SELECT * FROM seed_wins ORDER BY family, estimator, seed;
+
+-- name: sign_accuracy
+SELECT family, predictor,
+       CAST(sum(n_tokens) AS BIGINT) AS n_tokens,
+       CAST(sum(n_correct) AS BIGINT) AS n_correct,
+       sum(n_correct) / sum(n_tokens) AS accuracy
+FROM sign_accuracy
+GROUP BY family, predictor
+ORDER BY family, min(ord);
+
+-- name: sign_accuracy_by_seed
+SELECT * EXCLUDE (ord) FROM sign_accuracy ORDER BY seed, family, ord;
+
+-- name: estimator_accuracy
+SELECT * FROM estimator_accuracy ORDER BY family, estimator, scope;
+
+-- name: log_health
+SELECT * FROM log_health;
+
+-- name: direction_terms
+-- A deterministic pseudo-random sample (by a hash of the token key) of at most $limit rows.
+SELECT * FROM direction_terms
+ORDER BY hash(seed, sample_id, pos), seed, sample_id, pos
+LIMIT $limit;
+
+-- name: kept_deltas
+SELECT seed, family, estimator, kept_by,
+       CASE kept_by WHEN 'ratio' THEN ratio_mask ELSE predictive_mask END AS update_mask,
+       delta_d_kept
+FROM disagreements
+WHERE delta_d_kept IS NOT NULL
+ORDER BY family, estimator, seed, sample_id, pos;

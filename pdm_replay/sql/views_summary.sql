@@ -1,0 +1,52 @@
+-- Mask decisions and log health.
+
+-- Keep counts per seed and mask: one column per keep_<mask> present in the run (masks the
+-- run lacks are NULL in `tokens` and dropped by UNPIVOT).
+CREATE OR REPLACE VIEW mask_summary_by_seed AS
+WITH counts AS (
+    UNPIVOT (
+        SELECT seed,
+               count(*) AS n_tokens,
+               count(*) FILTER (WHERE kl_topk > getvariable('report_run').delta_kl)
+                   AS n_out_of_region_kl,
+               count(*) FILTER (WHERE tv_topk > getvariable('report_run').delta_tv)
+                   AS n_out_of_region_tv,
+               sum(CAST(COLUMNS('^keep_') AS BIGINT))
+        FROM tokens
+        GROUP BY seed
+    ) ON COLUMNS('^keep_') INTO NAME keep_column VALUE n_kept
+)
+SELECT c.seed,
+       coalesce(m.name, substr(c.keep_column, 6)) AS mask,
+       m.family, m.direction, m.estimator,
+       c.n_tokens,
+       CAST(c.n_kept AS BIGINT) AS n_kept,
+       CAST(c.n_tokens - c.n_kept AS BIGINT) AS n_masked,
+       c.n_kept / c.n_tokens AS keep_fraction,
+       CASE m.family WHEN 'kl' THEN c.n_out_of_region_kl
+                     WHEN 'tv' THEN c.n_out_of_region_tv END AS n_out_of_region,
+       m.ord
+FROM counts AS c
+LEFT JOIN masks AS m ON c.keep_column = 'keep_' || m.name;
+
+CREATE OR REPLACE VIEW mask_summary AS
+SELECT mask, family, direction, estimator,
+       CAST(sum(n_tokens) AS BIGINT) AS n_tokens,
+       CAST(sum(n_kept) AS BIGINT) AS n_kept,
+       CAST(sum(n_masked) AS BIGINT) AS n_masked,
+       sum(n_kept) / sum(n_tokens) AS keep_fraction,
+       CAST(sum(n_out_of_region) AS BIGINT) AS n_out_of_region,
+       min(ord) AS ord
+FROM mask_summary_by_seed
+GROUP BY mask, family, direction, estimator;
+
+CREATE OR REPLACE VIEW log_health AS
+SELECT count(*) AS n_tokens,
+       count(DISTINCT seed) AS n_seeds,
+       count(*) FILTER (WHERE mass_overflow) AS n_mass_overflow,
+       count(*) FILTER (WHERE NOT (isfinite(kl_topk) AND isfinite(tv_topk)
+                                   AND isfinite(ratio))) AS n_nonfinite,
+       count(*) FILTER (WHERE advantage = 0) AS n_zero_advantage,
+       count(dkl_exact) AS n_exact,
+       (SELECT count(*) FROM updates) AS n_update_rows
+FROM tokens;

@@ -1,0 +1,137 @@
+"""Report inputs: run discovery, thresholds provenance, masks-only output, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from report_fixtures import THRESHOLDS, write_run
+from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.report import api
+from pdm_replay.report.build import build_report
+from pdm_replay.report.db import connect
+from pdm_replay.report.run import discover_run
+from pdm_replay.run_masks import MasksConfig, comparison_pairs, run_masks
+
+
+def test_thresholds_from_manifest_when_footer_lacks_them(tmp_path: Path) -> None:
+    manifest = {"config": {"thresholds": {**THRESHOLDS, "delta_kl": 0.12}}}
+    info = discover_run(write_run(tmp_path / "r", footer=None, manifest=manifest))
+    assert (info.thresholds.delta_kl, info.thresholds_source) == (0.12, "manifest.json")
+
+
+def test_thresholds_default_with_a_note(tmp_path: Path) -> None:
+    info = discover_run(write_run(tmp_path / "r", footer=None, manifest=None))
+    assert info.thresholds == Thresholds() and info.thresholds_source == "defaults"
+    assert any("assuming the defaults" in n for n in info.notes)
+
+
+def test_footer_wins_over_a_different_manifest(tmp_path: Path) -> None:
+    manifest = {"config": {"delta_kl": 0.3}}
+    info = discover_run(write_run(tmp_path / "r", manifest=manifest))
+    assert info.thresholds.delta_kl == 0.1
+    assert any("differ from the tokens footer" in n for n in info.notes)
+
+
+def test_footers_that_disagree_are_an_error(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r")
+    f = run / "tokens" / "seed=2" / "part-0000.parquet"
+    table = pq.read_table(f)
+    md = {**table.schema.metadata,
+          b"pdm_replay.thresholds": json.dumps({**THRESHOLDS, "delta_kl": 0.5}).encode()}
+    pq.write_table(table.replace_schema_metadata(md), f)
+    with pytest.raises(ValueError, match="disagree on thresholds"):
+        discover_run(run)
+
+
+def test_rollout_log_is_rejected_with_a_hint(small_log: Path) -> None:
+    with pytest.raises(ValueError, match="rollout/v1.*not a rollout log"):
+        discover_run(small_log)
+
+
+def test_missing_path_names_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope"):
+        discover_run(tmp_path / "nope")
+
+
+def test_missing_update_rows_are_left_out_and_noted(tmp_path: Path) -> None:
+    # no pdm_kl_uniform update: its kept disagreement tokens (seed 2 pos 0, 1) are unmeasured
+    masks = ["none", "dppo_topk_kl", "pdm_kl_agg", "dppo_topk_tv", "pdm_tv_agg"]
+    with connect(write_run(tmp_path / "r", update_masks=masks)) as db:
+        row = api.alignment_by_seed(db).filter(
+            (pl.col("seed") == 2) & (pl.col("estimator") == "uniform")
+            & (pl.col("direction") == "predictive")).row(0, named=True)
+        assert (row["n_kept"], row["n_measured"], row["unsafe_keep_rate"]) == (2, 0, None)
+        notes = build_report(db).notes
+    assert any("2 kept disagreement tokens have no updates row" in n for n in notes)
+
+
+def test_masks_only_file_reports_counts_and_says_what_needs_a_replay(
+        hand_masks_file: Path) -> None:
+    with connect(hand_masks_file) as db:
+        assert db.info.kind == "masks" and not db.info.has_updates
+        report = build_report(db)
+    h = {(r["family"], r["estimator"]): r for r in report.headline.to_dicts()}
+    # pooled over the whole file (no seeds): KL out of region 8, disagreements agg 6, uni 4
+    assert (h[("kl", "agg")]["out_of_region_per_seed"],
+            h[("kl", "agg")]["disagreement_per_seed"]) == (8.0, 6.0)
+    assert h[("kl", "uniform")]["disagreement_per_seed"] == 4.0
+    assert h[("kl", "agg")]["unsafe_keep_ratio"] is None
+    assert report.sign_accuracy.height == 0 and report.seed_wins["wins"].sum() == 0
+    assert any("no simulated update" in n and "pdm-replay replay" in n for n in report.notes)
+    assert any("tv/uniform comparison" in n for n in report.notes)
+    assert any("kl_exact" in n for n in report.notes)
+
+
+def test_masks_only_counts_match_the_masks_command(tmp_path: Path) -> None:
+    log = write_synthetic_log(tmp_path / "log.parquet", SyntheticLogConfig(
+        n_samples=16, response_len=12, vocab_size=60, top_k=5, mismatch=1.0))
+    summary = run_masks(MasksConfig(log=log, out=tmp_path / "tokens.parquet",
+                                    thresholds=Thresholds(delta_kl=0.05, delta_tv=0.1)))
+    with connect(tmp_path / "tokens.parquet") as db:
+        headline = api.headline(db)
+        keep = dict(api.mask_summary(db).select("mask", "keep_fraction").rows())
+    assert keep == pytest.approx(summary.keep_fraction)
+    for r in headline.to_dicts():
+        assert r["out_of_region_per_seed"] == summary.out_of_region[r["family"]]
+        assert r["disagreement_per_seed"] == \
+            summary.disagreements[f"{r['family']}/{r['estimator']}"]
+
+
+def test_sql_pairs_follow_the_mask_registry() -> None:
+    # views_core.sql names masks 'dppo_topk_<f>' and 'pdm_<f>_<e>': check that against the
+    # registry metadata, so a renamed mask breaks this test rather than the report
+    for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
+        assert (MASKS[ratio].family, MASKS[ratio].direction) == (family, "ratio")
+        assert (MASKS[pred].family, MASKS[pred].direction, MASKS[pred].estimator) == \
+            (family, "predictive", estimator)
+        assert (ratio, pred) == (f"dppo_topk_{family}", f"pdm_{family}_{estimator}")
+    assert {(f, e) for f, e, _, _ in comparison_pairs(list(MASKS))} == {
+        ("kl", "agg"), ("kl", "uniform"), ("tv", "agg"), ("tv", "uniform")}
+
+
+def test_headline_agrees_with_the_replay_end_of_run_summary(tmp_path: Path) -> None:
+    # the replay's own summary (polars, from updates.kept) and the report (DuckDB, from the
+    # tokens' keep columns) are two implementations of SPEC §6: they must agree
+    summary_mod = pytest.importorskip("pdm_replay.replay.summary")
+    from pdm_replay.report.synthetic import write_synthetic_run
+    run = write_synthetic_run(tmp_path / "run", seeds=(0, 1, 2), rows_per_seed=3000)
+    tokens = pl.read_parquet(run / "tokens" / "*" / "*.parquet", hive_partitioning=False)
+    updates = pl.read_parquet(run / "updates" / "*" / "*.parquet", hive_partitioning=False)
+    expected = summary_mod.alignment_summary(tokens, updates, delta_kl=0.15, delta_tv=0.15)
+    with connect(run) as db:
+        got = {r["predictive_mask"]: r for r in api.headline(db).to_dicts()}
+    assert len(expected) == 4
+    for a in expected:
+        r = got[a.predictive_mask]
+        assert r["out_of_region_per_seed"] * r["n_seeds"] == a.out_of_region
+        assert r["disagreement_per_seed"] * r["n_seeds"] == a.disagreement
+        for key in ("unsafe_keep_ratio", "unsafe_keep_predictive", "corrective_ratio",
+                    "corrective_predictive"):
+            assert r[key] == pytest.approx(getattr(a, key))
+        assert (r["wins"], r["seeds_compared"]) == (a.seeds_predictive_lower, a.seeds_compared)
