@@ -1,0 +1,44 @@
+"""``pdm-replay dashboard``: browse a run in the Streamlit dashboard."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import err_console, fail
+from pdm_replay.dashboard_app import launch
+from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+
+
+@app.command()
+def dashboard(
+    run: Path = typer.Argument(..., help="A replay run directory (manifest.json, tokens/, "
+                               "updates/) or the tokens file written by `pdm-replay masks`."),
+    port: int = typer.Option(8501, "--port", "-p", help="Port to serve on."),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="Address to bind; the default serves this machine only."),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Tokenizer (local directory or cached hub name) for decoded "
+        "text; default: the one the log metadata names, else the checkpoint's."),
+    memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit",
+                                     help="DuckDB memory limit (it spills beyond it)."),
+) -> None:
+    """Serve the dashboard (Overview, Disagreements, Divergence, Estimators, Log health) of
+    RUN until Ctrl-C. The run is read in place and read-only; tables are paged, so
+    a run of millions of tokens stays on disk."""
+    try:
+        cfg = launch.DashboardConfig(run=run, host=host, port=port, tokenizer=tokenizer,
+                                     memory_limit=memory_limit)
+        launch.check_ready(cfg)
+    except (ValueError, FileNotFoundError, ImportError) as err:
+        fail(escape(str(err)))  # the message holds "[dashboard]", not rich markup
+    err_console.print(f"serving {escape(str(run))} on http://{host}:{port} (Ctrl-C to stop)",
+                      highlight=False)
+    code = launch.run_dashboard(cfg, os.environ)
+    if code not in (0, -15):
+        raise typer.Exit(code)

@@ -1,0 +1,22 @@
+"""The Streamlit dashboard of a replay run (``pdm-replay dashboard RUN_DIR``).
+
+``app.py`` is the Streamlit entry script (``st.navigation`` over ``page_scripts/*.py``);
+``dashboards/app.py`` in the repository is a thin entry that runs the same app. The run
+directory and tokenizer come from the environment (:data:`ENV_RUN_DIR`,
+:data:`ENV_TOKENIZER`), which the CLI sets. Pages call the report API
+(:mod:`pdm_replay.report.api`, :mod:`pdm_replay.report.dashboard_api`) through the caches of
+:mod:`pdm_replay.dashboard_app.state`; they hold no SQL.
+
+>>> APP_FILE.name, sorted(p.name for p in PAGES_DIR.glob("[!_]*.py"))[:2]
+('app.py', ['disagreements.py', 'divergence.py'])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ENV_RUN_DIR = "PDM_REPLAY_RUN_DIR"
+ENV_TOKENIZER = "PDM_REPLAY_TOKENIZER"
+ENV_MEMORY_LIMIT = "PDM_REPLAY_MEMORY_LIMIT"
+APP_FILE = Path(__file__).with_name("app.py")
+PAGES_DIR = Path(__file__).with_name("page_scripts")

@@ -1,0 +1,37 @@
+"""Streamlit entry script of the dashboard (``pdm-replay dashboard RUN_DIR`` runs it).
+
+Pages are the scripts of ``page_scripts/`` (not ``pages/``, which Streamlit would
+also list as a legacy multipage app); the run comes from ``$PDM_REPLAY_RUN_DIR``. Streamlit
+runs this file as ``__main__``; importing it (doctests, ``dashboards/app.py``) runs nothing
+until :func:`main` is called.
+"""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from pdm_replay.dashboard_app import ENV_RUN_DIR, PAGES_DIR
+
+# (file, title, icon); the first page is the default.
+PAGES = (("overview.py", "Overview", ":material/dashboard:"),
+         ("disagreements.py", "Disagreements", ":material/compare_arrows:"),
+         ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
+         ("estimators.py", "Estimators", ":material/functions:"),
+         ("log_health.py", "Log health", ":material/health_and_safety:"))
+
+
+def main() -> None:
+    """Configure the page, register the pages with ``st.navigation`` and run the chosen one."""
+    st.set_page_config(page_title="pdm-replay dashboard", page_icon=":material/insights:",
+                       layout="wide")
+    pages = [st.Page(PAGES_DIR / name, title=title, icon=icon, default=(i == 0))
+             for i, (name, title, icon) in enumerate(PAGES)]
+    nav = st.navigation(pages)
+    st.sidebar.caption(f"Run: `{os.environ.get(ENV_RUN_DIR) or '(none)'}`")
+    nav.run()
+
+
+if __name__ == "__main__":
+    main()

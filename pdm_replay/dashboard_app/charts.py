@@ -1,0 +1,106 @@
+"""Altair charts of the dashboard, each a pure function of a small polars DataFrame.
+
+Examples
+--------
+>>> import polars as pl
+>>> hist = pl.DataFrame({"bin": [0, 1], "x_lo": [-3.0, -2.0], "x_hi": [-2.0, -1.0],
+...                      "n": [5, 2]})
+>>> spec = histogram_chart(hist, threshold=0.15, log=True, title="kl").to_dict()
+>>> spec["layer"][1]["mark"]["type"]
+'rule'
+"""
+
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import polars as pl
+
+DIRECTION_COLOURS = alt.Scale(domain=["ratio", "predictive"], range=["#d62728", "#1f77b4"])
+AGREEMENT_COLOURS = alt.Scale(domain=["sign agrees", "sign differs", "no ΔD"],
+                              range=["#2ca02c", "#d62728", "#9e9e9e"])
+
+
+def seed_unsafe_chart(rates: pl.DataFrame) -> alt.Chart:
+    """Per-seed unsafe-keep rate of the ratio vs the predictive mask, one panel per
+    (family, estimator); ``rates`` is :func:`pdm_replay.report.api.seed_rates`."""
+    long = (rates.with_columns(pair=pl.col("family") + " / " + pl.col("estimator"))
+            .unpivot(index=["seed", "pair"], on=["unsafe_ratio", "unsafe_predictive"],
+                     variable_name="direction", value_name="unsafe_keep_rate")
+            .with_columns(pl.col("direction").str.replace("unsafe_", "")))
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("seed:O", title="seed"),
+        xOffset=alt.XOffset("direction:N", sort=["ratio", "predictive"]),
+        y=alt.Y("unsafe_keep_rate:Q", title="unsafe-keep rate", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("direction:N", scale=DIRECTION_COLOURS, title="mask direction"),
+        tooltip=["pair", "seed", "direction", alt.Tooltip("unsafe_keep_rate:Q", format=".3f")],
+    ).properties(height=180, width=280).facet(facet=alt.Facet("pair:N", title=None), columns=2)
+
+
+def histogram_chart(hist: pl.DataFrame, *, threshold: float | None, log: bool,
+                    title: str) -> alt.LayerChart:
+    """Bars of :func:`~pdm_replay.report.dashboard_api.value_histogram` with the threshold
+    δ as a rule (log10 axis when ``log``)."""
+    unit = f"log10 {title}" if log else title
+    bars = alt.Chart(hist).mark_bar(color="#5c6bc0").encode(
+        x=alt.X("x_lo:Q", title=unit, bin="binned"), x2="x_hi:Q",
+        y=alt.Y("n:Q", title="tokens"),
+        tooltip=[alt.Tooltip("x_lo:Q", format=".3f"), alt.Tooltip("x_hi:Q", format=".3f"), "n"])
+    layers = [bars]
+    if threshold is not None and threshold > 0:
+        value = math.log10(threshold) if log else threshold
+        rule_data = pl.DataFrame({"x": [value], "label": [f"δ = {threshold}"]})
+        layers.append(alt.Chart(rule_data).mark_rule(color="#e65100", strokeWidth=2)
+                      .encode(x="x:Q", tooltip=["label"]))
+    return alt.layer(*layers).properties(height=260, width="container", title=title)
+
+
+def terms_scatter(terms: pl.DataFrame) -> alt.LayerChart:
+    """Local vs global term of Ḋ_KL (signed by sign(Â)) on out-of-region tokens, coloured by
+    whether the predictive sign agreed with the realized ΔD under ``none``. Above the
+    diagonal the predictive rule says "moves away"; above zero the ratio rule does."""
+    agree = (pl.when(pl.col("delta_d_none").is_null()).then(pl.lit("no ΔD"))
+             .when(pl.col("predicted").sign() == pl.col("delta_d_none").sign())
+             .then(pl.lit("sign agrees")).otherwise(pl.lit("sign differs")))
+    df = terms.with_columns(agreement=agree)
+    points = alt.Chart(df).mark_circle(size=18, opacity=0.6).encode(
+        x=alt.X("global_term:Q", title="global term sign(Â)(local − Ḋ_agg)"),
+        y=alt.Y("local_term:Q", title="local term sign(Â)(π_k − µ_k)"),
+        color=alt.Color("agreement:N", scale=AGREEMENT_COLOURS, title="predictive vs ΔD"),
+        tooltip=["seed", "sample_id", "pos", alt.Tooltip("predicted:Q", format=".4f"),
+                 alt.Tooltip("delta_d_none:Q", format=".4f")])
+    lo = min(df["global_term"].min() or 0.0, df["local_term"].min() or 0.0)
+    hi = max(df["global_term"].max() or 0.0, df["local_term"].max() or 0.0)
+    diagonal = alt.Chart(pl.DataFrame({"x": [lo, hi], "y": [lo, hi]})).mark_line(
+        color="#555", strokeDash=[4, 4]).encode(x="x:Q", y="y:Q")
+    zero = alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="#bbb").encode(y="y:Q")
+    return alt.layer(zero, diagonal, points).properties(height=380, width="container")
+
+
+def estimator_scatter(sample: pl.DataFrame, reference: str) -> alt.Chart:
+    """The aggregated- and uniform-tail KL slopes against ``reference`` (``dkl_exact``
+    when the run has it, else one estimator against the other)."""
+    others = [c for c in ("dkl_agg", "dkl_uniform") if c != reference]
+    long = sample.unpivot(index=["seed", "sample_id", "pos", reference, "out_of_region"],
+                          on=others, variable_name="estimator", value_name="estimate")
+    return alt.Chart(long).mark_circle(size=14, opacity=0.5).encode(
+        x=alt.X(f"{reference}:Q", title=reference), y=alt.Y("estimate:Q", title="estimate"),
+        color=alt.Color("estimator:N"), shape=alt.Shape("out_of_region:N"),
+        tooltip=["seed", "sample_id", "pos", "estimator",
+                 alt.Tooltip("estimate:Q", format=".4f"),
+                 alt.Tooltip(f"{reference}:Q", format=".4f")],
+    ).properties(height=360, width="container")
+
+
+def support_chart(masses: pl.DataFrame) -> alt.Chart:
+    """µ vs π_pre vs π_post on the parts of the support
+    (:func:`~pdm_replay.report.dashboard_api.support_masses`; unknown parts are left out)."""
+    order = masses["distribution"].unique(maintain_order=True).to_list()
+    return alt.Chart(masses.drop_nulls("p")).mark_bar().encode(
+        x=alt.X("part:N", title=None, sort=["k (sampled)", "rest of S", "tail (outside S)"]),
+        xOffset=alt.XOffset("distribution:N", sort=order),
+        y=alt.Y("p:Q", title="probability", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("distribution:N", title=None, sort=order),
+        tooltip=["distribution", "part", alt.Tooltip("p:Q", format=".4f")],
+    ).properties(height=280, width="container")

@@ -1,0 +1,96 @@
+"""Start the dashboard server: ``streamlit run`` on the packaged app, bound to localhost.
+
+Kept free of Streamlit imports so the CLI can explain a missing ``dashboard`` extra.
+
+Examples
+--------
+>>> cfg = DashboardConfig(run=Path("runs/r1"), port=8600)
+>>> cmd = streamlit_command(cfg)
+>>> cmd[1:4], cmd[cmd.index("--server.address") + 1], cmd[cmd.index("--server.port") + 1]
+(['-m', 'streamlit', 'run'], '127.0.0.1', '8600')
+>>> streamlit_env(cfg, {})["PDM_REPLAY_RUN_DIR"].endswith("r1")
+True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, NoReturn
+
+from pdm_replay.dashboard_app import APP_FILE, ENV_MEMORY_LIMIT, ENV_RUN_DIR, ENV_TOKENIZER
+from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+
+INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """Options of ``pdm-replay dashboard`` (1:1 with the CLI)."""
+
+    run: Path
+    host: str = "127.0.0.1"
+    port: int = 8501
+    tokenizer: str | None = None
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"--port {self.port}: must be in 1..65535")
+
+
+def streamlit_command(cfg: DashboardConfig) -> list[str]:
+    """The ``python -m streamlit run`` command line: headless, no usage statistics, no file
+    watcher, no developer toolbar, bound to ``cfg.host`` only."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP_FILE),
+            "--server.address", cfg.host, "--server.port", str(cfg.port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+            "--client.toolbarMode", "viewer"]
+
+
+def streamlit_env(cfg: DashboardConfig, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` plus the variables the app reads (run directory, tokenizer, memory limit)."""
+    env = {**base, ENV_RUN_DIR: str(cfg.run.expanduser().resolve()),
+           ENV_MEMORY_LIMIT: cfg.memory_limit}
+    if cfg.tokenizer:
+        env[ENV_TOKENIZER] = cfg.tokenizer
+    else:
+        env.pop(ENV_TOKENIZER, None)
+    return env
+
+
+def check_ready(cfg: DashboardConfig) -> None:
+    """Fail before starting a server that could only show an error."""
+    for module in ("streamlit", "altair"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(INSTALL_HINT)
+    if not cfg.run.expanduser().exists():
+        raise FileNotFoundError(f"{cfg.run}: no such run directory or tokens file; pass the "
+                                "output of `pdm-replay replay` (or `pdm-replay masks`)")
+
+
+def run_dashboard(cfg: DashboardConfig, env: Mapping[str, str]) -> int:
+    """Serve until Ctrl-C. On POSIX this process becomes the server (``exec``), so signals
+    reach it directly and no orphan is left; elsewhere it waits on a child process."""
+    check_ready(cfg)
+    command, full_env = streamlit_command(cfg), streamlit_env(cfg, env)
+    if os.name == "posix":
+        return _exec(command, full_env)
+    process = subprocess.Popen(command, env=full_env)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        return process.wait()
+
+
+def _exec(command: list[str], env: dict[str, str]) -> NoReturn:
+    """Replace this process with ``command`` (never returns)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(command[0], command, env)

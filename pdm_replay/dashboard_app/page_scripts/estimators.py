@@ -1,0 +1,49 @@
+"""Estimators page: the aggregated- and uniform-tail KL slope estimators against the exact
+full-vocabulary slope (when the replay had a behaviour checkpoint)."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from pdm_replay.dashboard_app import charts
+from pdm_replay.dashboard_app.state import data, open_page, run_info
+from pdm_replay.report import api
+from pdm_replay.report import dashboard_api as dapi
+
+
+def render() -> None:
+    run = open_page("Estimators", "Top-K estimators of the KL slope Ḋ_KL: aggregated tail "
+                    "vs uniform tail vs the exact full-vocabulary slope.")
+    info, _ = run_info(run)
+    st.subheader("Accuracy against the exact slope")
+    accuracy = data(run, api.estimator_accuracy)
+    if accuracy.is_empty():
+        st.info("This run has no exact slope (`dkl_exact`): replay with "
+                "`--behavior-checkpoint` to compare the estimators with it. Below, the "
+                "uniform-tail estimator is plotted against the aggregated one.")
+    else:
+        st.dataframe(accuracy, hide_index=True, key="est_accuracy")
+    st.subheader("Sign accuracy against the realized ΔD (update `none`)")
+    signs = data(run, api.sign_accuracy)
+    if signs.is_empty():
+        st.info("No realized ΔD: sign accuracy needs a replay.")
+    else:
+        st.dataframe(signs.filter(pl.col("family") == "kl"), hide_index=True,
+                     key="est_sign_accuracy")
+    st.subheader("Estimates per token")
+    limit = st.select_slider("Tokens sampled", (1000, 2000, 5000, 10000), value=2000,
+                             key="est_limit")
+    sample = data(run, dapi.estimator_sample, limit=limit)
+    reference = "dkl_exact" if info.has_exact else "dkl_agg"
+    if reference == "dkl_exact":
+        sample = sample.filter(pl.col("dkl_exact").is_not_null())
+    if sample.is_empty():
+        st.info("No token to plot.")
+    else:
+        st.altair_chart(charts.estimator_scatter(sample, reference))
+        st.caption(f"{sample.height:,} tokens (fixed pseudo-random sample); x = {reference}.")
+
+
+if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing
+    render()

@@ -1,0 +1,60 @@
+"""Overview page: the run's manifest, the headline alignment table, per-seed unsafe-keep
+rates of ratio vs predictive masks, and the mask summary."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import polars as pl
+import streamlit as st
+
+from pdm_replay.dashboard_app import charts
+from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
+from pdm_replay.report import api
+
+HEADLINE_HELP = ("Per (family, estimator): out-of-region and disagreement tokens per seed; "
+                 "unsafe-keep rate = share of kept disagreement tokens whose divergence grew "
+                 "(ΔD > 0) under the keeping mask's own update; corrective = ΔD < 0; wins = "
+                 "seeds where the predictive mask's unsafe-keep rate is lower.")
+
+
+def _manifest(run: RunRef) -> None:
+    info, status = run_info(run)
+    manifest: Mapping[str, Any] = info.manifest or {}
+    config = manifest.get("config") or {}
+    health = data(run, api.log_health).row(0, named=True)
+    cols = st.columns(5)
+    cols[0].metric("Kind", info.kind)
+    cols[1].metric("Status", status.status or "n/a")
+    cols[2].metric("Seeds", health["n_seeds"])
+    cols[3].metric("Tokens", f"{health['n_tokens']:,}")
+    cols[4].metric("Update rows", f"{health['n_update_rows']:,}")
+    st.markdown(f"**Checkpoint** `{config.get('checkpoint', 'n/a')}` · **log** "
+                f"`{config.get('log', 'n/a')}` · **behaviour checkpoint** "
+                f"`{config.get('behavior_checkpoint') or 'none'}` · **source** `{info.source}`")
+    with st.expander("Manifest: config, versions, log metadata"):
+        left, right = st.columns(2)
+        left.json(dict(config) or {"config": "not recorded"}, expanded=True)
+        right.json({"versions": manifest.get("versions"), "log_meta": manifest.get("log_meta"),
+                    "thresholds": data(run, api.settings).row(0, named=True)}, expanded=True)
+
+
+def render() -> None:
+    run = open_page("Overview", "What was replayed, and how the ratio and predictive "
+                    "direction criteria compare on the tokens where they disagree.")
+    _manifest(run)
+    st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
+    st.dataframe(data(run, api.headline), hide_index=True, key="headline")
+    st.subheader("Unsafe-keep rate per seed")
+    rates = data(run, api.seed_rates)
+    if rates.filter(pl.col("unsafe_ratio").is_not_null()
+                    | pl.col("unsafe_predictive").is_not_null()).is_empty():
+        st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
+    else:
+        st.altair_chart(charts.seed_unsafe_chart(rates))
+    st.subheader("Mask summary")
+    st.dataframe(data(run, api.mask_summary), hide_index=True, key="mask_summary")
+
+
+if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing
+    render()

@@ -1,0 +1,77 @@
+"""`pdm-replay dashboard` through Typer's CliRunner (the server start is intercepted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pdm_replay.cli import app
+from pdm_replay.dashboard_app import APP_FILE, ENV_RUN_DIR, ENV_TOKENIZER, launch
+from dashboard_fixtures import run_dir, tokenizer_dir  # noqa: F401 (fixtures)
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict]]:
+    calls: list[tuple[list[str], dict]] = []
+    monkeypatch.setattr(launch, "_exec", lambda cmd, env: calls.append((cmd, env)) or 0)
+    monkeypatch.setattr(launch.subprocess, "Popen", _refuse)
+    return calls
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the test must not start a server")
+
+
+def said(result) -> str:
+    """The output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def option(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_defaults_bind_localhost_headless_without_usage_stats(started, run_dir: Path) -> None:
+    result = runner.invoke(app, ["dashboard", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    (cmd, env), = started
+    assert cmd[1:5] == ["-m", "streamlit", "run", str(APP_FILE)]
+    assert option(cmd, "--server.address") == "127.0.0.1"
+    assert option(cmd, "--server.port") == "8501"
+    assert option(cmd, "--server.headless") == "true"
+    assert option(cmd, "--browser.gatherUsageStats") == "false"
+    assert env[ENV_RUN_DIR] == str(run_dir.resolve()) and ENV_TOKENIZER not in env
+
+
+def test_port_host_and_tokenizer(started, run_dir: Path) -> None:
+    result = runner.invoke(app, ["dashboard", str(run_dir), "--port", "9123", "--host",
+                                 "0.0.0.0", "--tokenizer", "my/tok"])
+    assert result.exit_code == 0, result.output
+    (cmd, env), = started
+    assert option(cmd, "--server.port") == "9123"
+    assert option(cmd, "--server.address") == "0.0.0.0"
+    assert env[ENV_TOKENIZER] == "my/tok"
+
+
+def test_missing_run_is_an_error_before_starting(started, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["dashboard", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and not started
+    assert "no such run directory" in said(result)
+
+
+def test_bad_port(started, run_dir: Path) -> None:
+    result = runner.invoke(app, ["dashboard", str(run_dir), "--port", "70000"])
+    assert result.exit_code == 2 and "--port 70000" in said(result) and not started
+
+
+def test_missing_streamlit_is_explained(started, run_dir: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = launch.importlib.util.find_spec
+    monkeypatch.setattr(launch.importlib.util, "find_spec",
+                        lambda name: None if name == "streamlit" else real(name))
+    result = runner.invoke(app, ["dashboard", str(run_dir)])
+    assert result.exit_code == 2 and "pdm_replay[dashboard]" in said(result)

@@ -1,0 +1,150 @@
+"""Every dashboard page through ``streamlit.testing.v1.AppTest`` on a replay run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
+from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.report import dashboard_api as dapi
+from pdm_replay.report.run import discover_run
+from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def assert_clean(at) -> None:
+    assert not at.exception, texts(at.exception)
+    assert not at.error, texts(at.error)
+
+
+def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Overview")
+    assert_clean(at)
+    assert at.title[0].value == "Overview"
+    assert {"Headline: ratio vs predictive masks", "Unsafe-keep rate per seed",
+            "Mask summary"} <= {s.value for s in at.subheader}
+    assert {m.label for m in at.metric} >= {"Kind", "Status", "Seeds", "Tokens"}
+    headline = at.dataframe[0].value
+    assert {"family", "estimator", "unsafe_keep_ratio", "unsafe_keep_predictive"} <= set(headline)
+    assert len(at.get("vega_lite_chart")) == 1
+    masks = at.dataframe[1].value
+    assert "none" in set(masks["mask"]) and (masks["keep_fraction"] <= 1).all()
+
+
+def test_disagreements_table_detail_and_context(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Disagreements")
+    assert_clean(at)
+    rows = at.dataframe[0].value
+    assert len(rows) > 0 and set(rows["family"]) == {"kl"} and set(rows["estimator"]) == {"agg"}
+    assert (rows["d_pre"] > 0).all()
+    first = rows.iloc[0]
+    detail = [s.value for s in at.subheader if s.value.startswith("Token detail")]
+    assert detail == [f"Token detail: {first['sample_id']} · pos {first['pos']} · seed "
+                      f"{first['seed']}"]
+    context = next(m.value for m in at.markdown if "<mark" in m.value)
+    assert f"pos {first['pos']}," in context
+    assert {"D_pre (KL top-K)", "δ"} <= {m.label for m in at.metric}
+    assert len(at.get("vega_lite_chart")) == 1
+    loaded = load_tokenizer(tokenizer_candidates(discover_run(run_dir)))
+    assert list(rows["token"]) == token_texts(loaded.tokenizer, list(rows["token_id"]))
+
+
+def count(run_dir: Path, **flt) -> int:
+    db, _ = dapi.connect_dashboard(run_dir)
+    with db:
+        return dapi.disagreement_count(db, dapi.DisagreementFilter(**flt))
+
+
+def test_disagreements_filter_changes_the_table(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Disagreements")
+    before = at.dataframe[0].value
+    next(s for s in at.selectbox if s.label == "Family").select_index(2).run()  # TV
+    assert_clean(at)
+    n_tv = count(run_dir, family="tv", estimator="agg")
+    assert f"**{n_tv:,} disagreement tokens**" in texts(at.markdown)
+    after = at.dataframe[0].value
+    assert set(after["family"]) == {"tv"} and not before.equals(after)
+    next(s for s in at.selectbox if s.label == "Sign of ΔD").select_index(1).run()  # ΔD > 0
+    n_unsafe = count(run_dir, family="tv", estimator="agg", delta_sign=1)
+    assert f"**{n_unsafe:,} disagreement tokens**" in texts(at.markdown)
+    assert n_unsafe < n_tv and (at.dataframe[0].value["delta_d"] > 0).all()
+
+
+def test_disagreements_sort_and_paging(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Disagreements")
+    next(s for s in at.selectbox if s.label == "Family").select_index(0).run()  # any
+    next(s for s in at.selectbox if s.label == "Sort by").select("d_pre").run()
+    at.toggle[0].set_value(True).run()
+    at.selectbox(key="f_size").select(25).run()
+    assert_clean(at)
+    page1 = at.dataframe[0].value
+    assert list(page1["d_pre"]) == sorted(page1["d_pre"], reverse=True)
+    assert len(page1) == 25
+    at.number_input(key="dis_page").set_value(2).run()
+    page2 = at.dataframe[0].value
+    assert page2["d_pre"].max() <= page1["d_pre"].min()
+    n = count(run_dir, estimator="agg")  # the count is the full filtered set's
+    assert f"**{n:,} disagreement tokens**" in texts(at.markdown)
+
+
+def test_disagreements_token_choice_changes_the_detail(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Disagreements")
+    rows = at.dataframe[0].value
+    next(s for s in at.selectbox if s.label.startswith("Token detail")).select_index(1).run()
+    assert_clean(at)
+    second = rows.iloc[1]
+    assert any(s.value == f"Token detail: {second['sample_id']} · pos {second['pos']} · seed "
+               f"{second['seed']}" for s in at.subheader)
+
+
+def test_divergence_histograms_terms_and_sample_size(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Divergence")
+    assert_clean(at)
+    assert len(at.get("vega_lite_chart")) == 3  # two histograms and the scatter
+    caption = next(c.value for c in at.caption if "tokens shown" in c.value)
+    at.select_slider(key="div_limit").set_value(1000).run()
+    assert_clean(at)
+    smaller = next(c.value for c in at.caption if "tokens shown" in c.value)
+    shown = lambda c: int(c.split()[0].replace(",", ""))  # noqa: E731
+    assert shown(smaller) <= 1000 and shown(smaller) <= shown(caption)
+    predictors = set(at.dataframe[0].value["predictor"])
+    assert {"ratio", "predictive_agg", "predictive_uniform"} <= predictors
+
+
+def test_estimators_page(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Estimators")
+    assert_clean(at)
+    accuracy = at.dataframe[0].value
+    assert set(accuracy["estimator"]) == {"agg", "uniform"}
+    assert len(at.get("vega_lite_chart")) == 1
+    at.select_slider(key="est_limit").set_value(1000).run()
+    assert any(c.value.startswith("1,000 tokens") or "tokens (fixed" in c.value
+               for c in at.caption)
+
+
+def test_log_health_page(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Log health")
+    assert_clean(at)
+    assert {"Tokens", "Mass overflow", "Recompute deviation (max)"} <= {m.label for m in at.metric}
+    quantiles = at.dataframe[0].value
+    assert list(quantiles["distribution"]) == ["mu_mass", "pi_mass"]
+    assert ((quantiles["min"] >= 0) & (quantiles["max"] <= 1 + 1e-6)).all()
+    assert "Validation of the rollout log" in texts(at.subheader)
+
+
+def test_log_health_validates_the_log_on_demand(app_for, run_dir: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    log = write_synthetic_log(tmp_path / "log.parquet", SyntheticLogConfig(n_samples=3))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "config": {"log": str(log)}}))
+    at = app_for(run, "Log health")
+    assert_clean(at)
+    assert not at.success  # validation runs only when asked
+    at.button[0].click().run()
+    assert_clean(at)
+    assert at.success[0].value.startswith("OK: 1 file(s), 3 samples")
