@@ -36,7 +36,7 @@ def dashboard(
                                      memory_limit=memory_limit)
         launch.check_ready(cfg)
     except (ValueError, FileNotFoundError, ImportError) as err:
-        fail(escape(str(err)))  # the message holds "[dashboard]", not rich markup
+        fail(str(err))
     err_console.print(f"serving {escape(str(run))} on http://{host}:{port} (Ctrl-C to stop)",
                       highlight=False)
     code = launch.run_dashboard(cfg, os.environ)

@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 import duckdb
 import typer
-from rich.markup import escape
 from typer.core import TyperCommand
 
 from pdm_replay.cli.app import app
@@ -67,7 +66,7 @@ def report(
     try:
         _, text = produce_report(cfg)
     except ERRORS as err:
-        fail(escape(str(err)))  # messages hold [brackets], e.g. pdm_replay[report]
+        fail(str(err))
     if out is None:
         typer.echo(text, nl=False)
     else:
@@ -100,7 +99,7 @@ def sql(
     try:
         text = run_sql(cfg)
     except ERRORS as err:
-        fail(escape(str(err)))  # messages hold [brackets], e.g. pdm_replay[report]
+        fail(str(err))
     if text is not None:
         typer.echo(text, nl=False)
     else:

@@ -37,3 +37,13 @@ def test_masks_cli_bad_mask_is_clear_error(tmp_path: Path, small_log: Path) -> N
                               "--masks", "ppo,none"])
     assert res.exit_code == 2 and "unknown mask(s) ppo" in res.output
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_error_messages_keep_square_brackets(capsys) -> None:
+    import pytest
+    import typer
+
+    from pdm_replay.cli.common import fail
+    with pytest.raises(typer.Exit):
+        fail("pip install 'pdm_replay[dashboard]'")
+    assert "pdm_replay[dashboard]" in capsys.readouterr().err
