@@ -1,0 +1,59 @@
+"""``pdm-replay make-sample``: regenerate the shipped sample data (or a scaled variant)."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from pdm_replay.cli.app import app
+from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.sample.make import SampleConfig, SampleResult, make_sample
+
+
+class Size(str, enum.Enum):
+    small = "small"
+    tiny = "tiny"
+
+
+def print_result(result: SampleResult) -> None:
+    stats = result.stats.as_dict()
+    table = Table(title=f"sample written to {result.out_dir}")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for name, value in stats.items():
+        table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    for name, ok in result.stats.checks().items():
+        console.print(f"check {name}: " + ("[green]pass[/]" if ok else "[yellow]FAIL[/]"))
+    console.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
+
+
+@app.command("make-sample")
+def make_sample_cmd(
+    out_dir: Path = typer.Argument(..., help="Directory to write behavior/, policy/, "
+                                   "rollouts/ and README.md into."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random choice (same seed, "
+                             "same data)."),
+    size: Size = typer.Option(Size.small, "--size", help="small: the shipped sample "
+                              "(minutes on CPU); tiny: seconds, for tests."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing sample in "
+                               "OUT_DIR."),
+) -> None:
+    """Train a tiny Qwen3 policy on a sorting task (SFT + one GRPO step), sample rollouts
+    from the stale checkpoint in bfloat16 with transformers generate, log µ's top-20
+    log-probs and the policy's recomputed log-probs as rollout/v1, and print statistics.
+    """
+    cfg = SampleConfig(seed=seed, size=size.value, force=force)
+    try:
+        with progress_bar("make-sample", None, "steps") as bar:
+            task = bar.task_ids[0]
+
+            def tick(stage: str, done: int, total: int) -> None:
+                bar.update(task, description=stage, completed=done, total=total)
+            result = make_sample(out_dir, cfg, progress=tick)
+    except (ValueError, FileExistsError) as exc:
+        fail(str(exc))
+    print_result(result)
