@@ -34,8 +34,8 @@ def _baseline(path: str) -> float:
     import pyarrow.parquet as pq
     from pdm_replay.run_masks import MASK_INPUT_COLUMNS
     start = time.perf_counter()
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096,
-                                                   columns=list(MASK_INPUT_COLUMNS)):
+    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(
+            batch_size=512, columns=list(MASK_INPUT_COLUMNS)):
         for col in batch.columns:  # materialise the values as the real run must
             while hasattr(col.type, "value_type"):
                 col = pc.list_flatten(col)

@@ -22,3 +22,15 @@ def small_log(tmp_path: Path) -> Path:
 def small_rows(small_log: Path) -> list[dict]:
     """The rows of ``small_log`` as Python dicts, for building bad logs."""
     return pq.read_table(small_log).to_pylist()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Don't collect conftest.py files as doctest modules.
+
+    ``--doctest-modules`` would import each ``tests/*/conftest.py`` as a module named
+    ``conftest`` and fail with "import file mismatch" on the second one (order-dependent).
+    They are still loaded as conftests.
+    """
+    if collection_path.name == "conftest.py":
+        return True
+    return None

@@ -38,10 +38,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pdm_replay.ingest.records import (IngestError, Location, Reject, Rows, json_rows,
                                        sampling_of)
+from pdm_replay.io.reader import open_parquet
 from pdm_replay.schema import ROLLOUT_V1
 
 CONVENTION = "plus_sampled"
@@ -115,7 +115,7 @@ def load_mapping(path: Path | str | None) -> ColumnMapping:
 
 
 def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Rows | Reject]:
-    pf = pq.ParquetFile(path)
+    pf = open_parquet(path)
     missing = sorted(set(mapping.columns.values()) - set(pf.schema_arrow.names))
     if missing:
         yield Reject(Location(str(path), "file"),

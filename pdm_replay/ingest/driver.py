@@ -31,7 +31,6 @@ from typing import Any, Callable, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pdm_replay.ingest.columns import load_mapping
 from pdm_replay.ingest.formats import FORMATS, ParseContext, expand_inputs
@@ -40,6 +39,7 @@ from pdm_replay.ingest.records import IngestError, Location, Reject, Rows
 from pdm_replay.ingest.tables import row_problems, table_to_padded
 from pdm_replay.ingest.tokenizer import TokenMapper, resolve_vocab_size
 from pdm_replay.io.atomic import AtomicParquetWriter, temp_path_for
+from pdm_replay.io.reader import open_parquet
 from pdm_replay.io.rollouts import RolloutWriter, rollout_schema, rows_to_table
 from pdm_replay.schema import CONVENTIONS, LOGPROBS_MODES, RolloutMeta
 
@@ -299,7 +299,7 @@ def ingest(cfg: IngestConfig, on_progress: Callable[[int, int], None] | None = N
                               + (f"; reasons in {cfg.rejects_path}" if fh else ""))
         meta = _final_meta(cfg, run)
         with RolloutWriter(cfg.out, meta) as writer:
-            for batch in pq.ParquetFile(stage).iter_batches(batch_size=cfg.chunk_rows):
+            for batch in open_parquet(stage).iter_batches(batch_size=cfg.chunk_rows):
                 writer.append(pa.Table.from_batches([batch]))
     finally:
         if fh and not fh.closed:

@@ -45,6 +45,13 @@ def list_parquet_files(path: Path | str) -> list[Path]:
     return files
 
 
+def open_parquet(path: Path | str) -> pq.ParquetFile:
+    """A ParquetFile for streaming: ``pre_buffer`` off, since pyarrow would otherwise buffer
+    every column chunk of the file up front (RSS grew with the log: 1.8 GB for 8M tokens).
+    """
+    return pq.ParquetFile(path, pre_buffer=False)
+
+
 def read_meta(path: Path | str) -> RolloutMeta:
     """Footer metadata of a log; every file of a directory must agree on vocab and K."""
     files = list_parquet_files(path)
@@ -67,7 +74,7 @@ def iter_record_batches(path: Path | str, columns: Sequence[str] | None = None,
                         ) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
     """Yield ``(file, first_row_index_in_file, batch)``; memory is bounded by ``batch_rows``."""
     for f in list_parquet_files(path):
-        pf = pq.ParquetFile(f)
+        pf = open_parquet(f)
         cols = [c for c in columns if c in pf.schema_arrow.names] if columns else None
         row = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):

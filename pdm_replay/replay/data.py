@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pdm_replay.io.reader import FlatTokens, list_parquet_files
+from pdm_replay.io.reader import FlatTokens, list_parquet_files, open_parquet
 from pdm_replay.schema import ROLLOUT_V1
 from pdm_replay.validate import ValidationReport, check_batch
 
@@ -63,7 +63,7 @@ def read_rows(index: LogIndex, rows: np.ndarray) -> pa.Table:
         start += count
         if local.size == 0:
             continue
-        pf = pq.ParquetFile(file)
+        pf = open_parquet(file)
         cols = [c for c in names if c in pf.schema_arrow.names]
         bounds = np.cumsum([0] + [pf.metadata.row_group(g).num_rows
                                   for g in range(pf.num_row_groups)])
@@ -126,7 +126,7 @@ def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
     and sample of the first row replay cannot use. Returns the log's :class:`LogIndex`."""
     index = LogIndex.of(path)
     for file in index.files:
-        pf = pq.ParquetFile(file)
+        pf = open_parquet(file)
         if "prompt_ids" not in pf.schema_arrow.names:
             raise ValueError(f"{file}: no prompt_ids column; replay needs the prompt tokens "
                              "of every sample: log prompt_ids (rollout/v1 'replay' column)")
