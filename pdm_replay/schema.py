@@ -119,6 +119,13 @@ UPDATE_COLUMNS: tuple[Column, ...] = (
     _f64("delta_logp", "logp_post - logp_train"),
     _f64("kl_exact_post", "exact KL after the step", "replay"),
     _f64("delta_kl_exact", "kl_exact_post - kl_exact", "replay"),
+    _f64("delta_kl_lin", "first-order change <grad_theta kl_topk, delta_theta> (forward-mode "
+         "JVP along the actual step; null with --no-attribution)", "replay"),
+    _f64("delta_kl_curv", "delta_kl_topk - delta_kl_lin (second and higher order)", "replay"),
+    _f64("delta_kl_self", "SGD only, sampled tokens: (lr/N) keep A r <grad kl_topk, "
+         "grad log pi(k)>, the token's own gradient's share of delta_kl_lin", "replay"),
+    _f64("delta_kl_cross", "delta_kl_lin - delta_kl_self: the other tokens' gradients' share",
+         "replay"),
 )
 
 

@@ -14,6 +14,7 @@ from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.cli.masks import MASK_NAMES_HELP, parse_mask_list, threshold_options
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
+from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env
 from pdm_replay.replay.run import ReplayResult, run_replay
 from pdm_replay.replay.step import OPTIMIZERS
 
@@ -83,10 +84,19 @@ def replay(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
     dtype: str = typer.Option("float32", "--dtype", help=f"Weight dtype: {', '.join(DTYPES)}; "
                               "statistics are float32/float64 regardless."),
-    chunk_tokens: int = typer.Option(1024, "--chunk-tokens", min=1, help="Tokens per LM-head "
-                                     "chunk: bounds logits memory to chunk x vocab."),
+    chunk_tokens: Optional[int] = typer.Option(
+        None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk: bounds logits memory "
+        "to about 8 x chunk x vocab x 4 bytes. Default: from the device's free memory."),
     delta_kl: float = typer.Option(0.15, "--delta-kl", help="δ of the KL trust region."),
     delta_tv: float = typer.Option(0.15, "--delta-tv", help="δ of the TV trust region."),
+    attribution: bool = typer.Option(
+        True, "--attribution/--no-attribution", help="First-order attribution of each "
+        "update's ΔD_kl: delta_kl_lin (forward-mode JVP along Δθ, about one extra pass per "
+        "update mask) and delta_kl_curv; with --optimizer sgd also delta_kl_self / "
+        "delta_kl_cross on a token sample."),
+    attribution_sample: int = typer.Option(
+        64, "--attribution-sample", min=0, help="SGD self term: loss tokens sampled per "
+        "seed in addition to every KL disagreement token (per-token gradients)."),
     eps: float = typer.Option(0.2, "--eps", help="ε of ppo_clip."),
     eps_low: float = typer.Option(0.2, "--eps-low", help="ε_low of clip_higher."),
     eps_high: float = typer.Option(0.28, "--eps-high", help="ε_high of clip_higher."),
@@ -99,12 +109,18 @@ def replay(
                                          "to agree when both name one."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run "
                                 "directory: finished seeds are kept."),
+    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the model over "
+                              "the processes with FSDP2 (checkpoints too large for one "
+                              "device)."),
 ) -> None:
     """Replay a rollout log against its training checkpoint: recompute π at every logged
     support (chunked, full-vocabulary statistics), record every mask's decision, simulate
     one optimizer step under each update mask, and measure the realized ΔD per token.
     Writes RUN_DIR/tokens/, RUN_DIR/updates/ (per seed) and RUN_DIR/manifest.json.
+    Several processes: torchrun --nproc_per_node N -m pdm_replay replay ... (samples
+    sharded by rank, gradients summed: the same step as one process).
     """
+    dist = LOCAL
     try:
         cfg = ReplayConfig(
             log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
@@ -113,13 +129,25 @@ def replay(
             optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
             thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-            tokenizer_check=tokenizer_check, resume=resume)
+            tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
+            attribution_sample=attribution_sample, fsdp=fsdp)
+        dist = init_from_env(cfg.device, cfg.fsdp)
         start = time.perf_counter()
-        with progress_bar("replay", None, "stages") as bar:
-            def tick(done: int, total: int, tokens_per_s: float) -> None:
-                bar.update(bar.task_ids[0], completed=done, total=total,
-                           rate=f"{tokens_per_s:,.0f} tok/s")
-            result = run_replay(cfg, on_progress=tick)
+        result = _run(cfg, dist)
     except (ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
-    print_summary(result, time.perf_counter() - start)
+        fail(f"rank {dist.rank}: {exc}" if dist.active else str(exc))
+    finally:
+        dist.close()
+    if dist.is_main:
+        print_summary(result, time.perf_counter() - start)
+
+
+def _run(cfg: ReplayConfig, dist: Dist) -> ReplayResult:
+    """Run the replay; rank 0 alone shows the progress bar."""
+    if not dist.is_main:
+        return run_replay(cfg, dist=dist)
+    with progress_bar("replay", None, "stages") as bar:
+        def tick(done: int, total: int, tokens_per_s: float) -> None:
+            bar.update(bar.task_ids[0], completed=done, total=total,
+                       rate=f"{tokens_per_s:,.0f} tok/s")
+        return run_replay(cfg, on_progress=tick, dist=dist)

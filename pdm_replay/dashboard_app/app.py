@@ -19,6 +19,7 @@ PAGES = (("overview.py", "Overview", ":material/dashboard:"),
          ("disagreements.py", "Disagreements", ":material/compare_arrows:"),
          ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
          ("estimators.py", "Estimators", ":material/functions:"),
+         ("sign_attribution.py", "Attribution", ":material/call_split:"),
          ("log_health.py", "Log health", ":material/health_and_safety:"))
 
 

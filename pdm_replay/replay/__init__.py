@@ -7,6 +7,10 @@ Building blocks, smallest first: :mod:`.batching` (prompt + response micro-batch
 :mod:`.tables` (Arrow outputs), :mod:`.summary` (headline alignment numbers);
 :mod:`.checkpoint`, :mod:`.data` and :mod:`.manifest` do the I/O and :mod:`.run` the
 orchestration, configured by :class:`~pdm_replay.replay.config.ReplayConfig`.
+:mod:`.distributed` (torchrun: sharded samples, summed gradients), :mod:`.fsdp` (FSDP2)
+and :mod:`.gpu` (chunk size from free memory, pinned copies) scale it out.
+:mod:`.attribution` splits each update's ΔD_kl into first-order parts (forward-mode
+:mod:`.tangent` passes, :mod:`.head_tangents` per LM-head chunk).
 """
 
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig

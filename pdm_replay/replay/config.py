@@ -7,7 +7,7 @@ Examples
 >>> cfg.update_masks[:2], cfg.optimizer
 (('none', 'dppo_topk_kl'), 'adam')
 >>> sorted(cfg.result_affecting())[:3]
-['allow_pickle', 'batch_size', 'chunk_tokens']
+['allow_pickle', 'attribution', 'attribution_sample']
 """
 
 from __future__ import annotations
@@ -46,12 +46,15 @@ class ReplayConfig:
     lr: float = 1e-6
     device: str = "cpu"
     dtype: str = "float32"
-    chunk_tokens: int = 1024
+    chunk_tokens: int | None = None  # None: from free device memory (replay.gpu)
     thresholds: Thresholds = field(default_factory=Thresholds)
+    attribution: bool = True  # delta_kl_lin/_curv per update (+ _self/_cross for SGD)
+    attribution_sample: int = 64  # SGD self term: random tokens beyond the disagreements
     allow_pickle: bool = False
     trust_remote_code: bool = False
     tokenizer_check: bool = True
     resume: bool = False
+    fsdp: bool = False  # under torchrun: shard the model with FSDP2 (replay.fsdp)
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
@@ -65,8 +68,10 @@ class ReplayConfig:
         checks = [(self.seeds >= 1, "--seeds must be >= 1"),
                   (self.batch_size >= 1, "--batch-size must be >= 1"),
                   (self.micro_batch_size >= 1, "--micro-batch-size must be >= 1"),
-                  (self.chunk_tokens >= 1, "--chunk-tokens must be >= 1"),
+                  (self.chunk_tokens is None or self.chunk_tokens >= 1,
+                   "--chunk-tokens must be >= 1"),
                   (self.lr > 0, "--lr must be > 0"),
+                  (self.attribution_sample >= 0, "--attribution-sample must be >= 0"),
                   (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
                   (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
                   (len(self.update_masks) > 0, "--update-masks names no mask")]

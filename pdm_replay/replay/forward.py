@@ -15,16 +15,20 @@ from torch import Tensor
 from pdm_replay.math.support import Support
 from pdm_replay.replay.batching import PaddedBatch
 from pdm_replay.replay.checkpoint import Policy
+from pdm_replay.replay.gpu import to_host, wait_host
 from pdm_replay.replay.recompute import SupportStats, support_stats, token_logprob
 from pdm_replay.replay.step import surrogate_loss
 
 
 @dataclass(frozen=True)
 class PassConfig:
-    """How to run a pass: the log's sampling temperature and the LM-head chunk size."""
+    """How to run a pass: the log's sampling temperature and the LM-head chunk size;
+    ``lockstep``: every micro-batch runs its forward and backward even when it has no
+    token to learn from (FSDP: each is a collective all ranks must join)."""
 
     temperature: float = 1.0
     chunk_tokens: int = 1024
+    lockstep: bool = False
 
 
 def _slices(batches: list[PaddedBatch]) -> list[slice]:
@@ -61,13 +65,14 @@ def forward_stats(policy: Policy, batches: list[PaddedBatch], support: Support,
                               temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens,
                               hidden_mu=h_mu, head_mu=behaviour.head if behaviour else None)
         parts.append(_to_cpu(stats))
+    wait_host(policy.device)  # one sync per pass: the copies above are asynchronous
     return SupportStats.cat(parts)
 
 
 def _to_cpu(stats: SupportStats) -> SupportStats:
     if stats.logp_s.device.type == "cpu":
         return stats
-    move = lambda t: t.to("cpu")  # noqa: E731  (blocking: pageable host memory)
+    move = to_host  # pinned, non-blocking: read only after wait_host
     exact = stats.exact
     if exact is not None:
         exact = type(exact)(move(exact.kl_exact), move(exact.logp_mu_k), move(exact.sum_pi_mu))
@@ -92,6 +97,8 @@ def accumulate_gradients(policy: Policy, batches: list[PaddedBatch], inputs: Los
         w = weight[sl]
         use = torch.nonzero(w != 0)[:, 0]
         if use.numel() == 0:
+            if cfg.lockstep:  # a zero loss through the body: FSDP's collectives still run
+                (policy.hidden(batch).sum() * 0.0).backward()
             continue  # no gradient from this micro-batch: skip its forward entirely
         hidden = policy.hidden(batch)[use.to(policy.device)]
         logp = token_logprob(hidden, policy.head, inputs.token_id[sl][use],

@@ -23,7 +23,7 @@ False
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -37,13 +37,18 @@ from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.reader import read_meta
 from pdm_replay.masks import Mask, apply_masks, build_masks
 from pdm_replay.replay import manifest as mf
+from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import PaddedBatch, micro_batches
 from pdm_replay.replay.checkpoint import (Policy, check_checkpoint_dir, check_compatible,
                                           load_policy)
 from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
 from pdm_replay.replay.data import LogIndex, check_replayable, seed_batch
+from pdm_replay.replay.distributed import (LOCAL, Dist, check_world, finish_seed, lockstep,
+                                           shard_seed_batch)
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
                                        behaviour_hidden, forward_stats)
+from pdm_replay.replay.fsdp import shard_policy
+from pdm_replay.replay.gpu import auto_chunk_tokens
 from pdm_replay.replay.step import GradReduce, ParamSnapshot, simulated_step
 from pdm_replay.replay.summary import Alignment, alignment_summary
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
@@ -68,6 +73,7 @@ class Context:
     snapshot: ParamSnapshot
     grad_reduce: GradReduce | None = None
     pass_cfg: PassConfig = field(default_factory=PassConfig)
+    dist: Dist = LOCAL  # this process's rank under torchrun (replay.distributed)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,9 @@ def _warnings(cfg: ReplayConfig, meta: RolloutMeta) -> list[str]:
     if cfg.dtype != "float32":
         out.append(f"the simulated step updates {cfg.dtype} weights: steps below the "
                    f"{cfg.dtype} resolution vanish; use --dtype float32 for faithful ΔD")
+    if cfg.attribution and cfg.fsdp:
+        out.append("--fsdp: the attribution columns (delta_kl_lin ...) stay null: their "
+                   "forward-mode pass needs the unsharded model")
     return out
 
 
@@ -149,19 +158,25 @@ def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogInd
 
 def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
               batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
-              mu_hidden: list[torch.Tensor] | None) -> dict[str, torch.Tensor]:
+              mu_hidden: list[torch.Tensor] | None,
+              attr: SeedAttribution | None = None) -> dict[str, torch.Tensor]:
     """One update mask: step, post-update statistics, restore. Returns updates columns."""
     weight = (keep & loss_mask).double()
-    n_tokens = int(loss_mask.sum())  # every loss token: a mask never changes the normaliser
+    # Every loss token of the global batch (all ranks): a mask never changes the normaliser.
+    n_tokens = ctx.dist.sum_int(int(loss_mask.sum()))
     params = ctx.snapshot.params
-    post = simulated_step(
+    post, delta = simulated_step(
         params, ctx.snapshot,
         lambda: accumulate_gradients(ctx.policy, batches, inputs, weight, n_tokens,
                                      ctx.pass_cfg),
         optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr, grad_reduce=ctx.grad_reduce,
-        measure=lambda snap: forward_stats(ctx.policy, batches, pre.support, ctx.pass_cfg,
-                                           ctx.behaviour, mu_hidden))
-    return post_columns(pre, post)
+        measure=lambda snap: (forward_stats(ctx.policy, batches, pre.support, ctx.pass_cfg,
+                                            ctx.behaviour, mu_hidden),
+                              snap.delta() if attr else None))
+    cols = post_columns(pre, post)
+    if attr is not None:  # Δθ kept past the restore: the linear term is taken at θ
+        cols.update(attr.columns(delta, cols["delta_kl_topk"], weight, n_tokens))
+    return cols
 
 
 def _deviation(logp_k: torch.Tensor, train: np.ndarray | None, sel: np.ndarray) -> dict:
@@ -174,9 +189,11 @@ def _deviation(logp_k: torch.Tensor, train: np.ndarray | None, sel: np.ndarray) 
 def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     """Replay one seed and write its parts and done marker; returns the marker record."""
     t0 = time.perf_counter()
-    sb = seed_batch(ctx.index, ctx.cfg.batch_size, seed, ctx.policy.vocab_size)
+    sb = shard_seed_batch(seed_batch(ctx.index, ctx.cfg.batch_size, seed,
+                                     ctx.policy.vocab_size), ctx.dist)
     flat = sb.flat
-    batches = micro_batches(sb.prompts, sb.responses, ctx.cfg.micro_batch_size)
+    batches = lockstep(micro_batches(sb.prompts, sb.responses, ctx.cfg.micro_batch_size),
+                       ctx.dist)
     support, mu = log_support(flat)
     mu_hidden = behaviour_hidden(ctx.behaviour, batches) if ctx.behaviour else None
     pi = forward_stats(ctx.policy, batches, support, ctx.pass_cfg, ctx.behaviour, mu_hidden)
@@ -190,20 +207,27 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     loss_mask = torch.from_numpy(flat.loss_mask)
     inputs = LossInputs(torch.from_numpy(flat.token_id), torch.from_numpy(flat.logp_behavior),
                         torch.from_numpy(flat.advantage))
+    attr, t_attr = None, time.perf_counter()
+    if ctx.cfg.attribution and not ctx.dist.fsdp:
+        attr = seed_attribution(
+            ctx.policy, ctx.snapshot.params, batches, pre, flat.loss_mask, inputs.logp_behavior,
+            seed=seed, optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr,
+            sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
+            temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens)
+        timings["attribution_setup_s"] = time.perf_counter() - t_attr
     parts = []
     for name, keep in apply_masks(ctx.update_masks, pre.stats).items():
         t1 = time.perf_counter()
-        cols = _simulate(ctx, keep, pre, batches, inputs, loss_mask, mu_hidden)
+        cols = _simulate(ctx, keep, pre, batches, inputs, loss_mask, mu_hidden, attr)
         parts.append(updates_part(flat, seed, name, keep, cols))
         timings[f"update_{name}_s"] = time.perf_counter() - t1
         tick(n)
-    write_table_atomic(ctx.layout.tokens_part(seed), tokens)
-    write_table_atomic(ctx.layout.updates_part(seed), pa.concat_tables(parts))
+    write_table_atomic(ctx.layout.tokens_part(seed, ctx.dist.rank), tokens)
+    write_table_atomic(ctx.layout.updates_part(seed, ctx.dist.rank), pa.concat_tables(parts))
     timings["total_s"] = time.perf_counter() - t0
     record = {"seed": seed, "samples": len(sb.sample_ids), "tokens": n, "timings": timings,
               "deviation": _deviation(pi.logp_k, flat.train_logprobs, flat.loss_mask)}
-    ctx.layout.mark_done(seed, record)
-    return record
+    return finish_seed(ctx.layout, ctx.dist, seed, record, ctx.cfg.device)
 
 
 def _aggregate_deviation(records: list[dict]) -> dict | None:
@@ -219,45 +243,90 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> li
     """Alignment numbers pooled over the finished ``seeds`` of a run directory."""
     if not seeds:
         return []
-    read = lambda f, cols: pl.concat([pl.read_parquet(f(s), columns=cols)  # noqa: E731
-                                      for s in seeds])
-    tokens = read(layout.tokens_part, ["seed", "sample_id", "pos", "kl_topk", "tv_topk"])
-    updates = read(layout.updates_part, ["seed", "update_mask", "sample_id", "pos", "kept",
-                                         "delta_kl_topk", "delta_tv_topk"])
+    read = lambda kind, cols: pl.concat([pl.read_parquet(f, columns=cols)  # noqa: E731
+                                         for s in seeds for f in layout.seed_parts(kind, s)])
+    tokens = read("tokens", ["seed", "sample_id", "pos", "kl_topk", "tv_topk"])
+    updates = read("updates", ["seed", "update_mask", "sample_id", "pos", "kept",
+                               "delta_kl_topk", "delta_tv_topk"])
     t = cfg.thresholds
     return alignment_summary(tokens, updates, delta_kl=t.delta_kl, delta_tv=t.delta_tv)
 
 
-def _start(cfg: ReplayConfig) -> tuple[Context, dict]:
-    t0 = time.perf_counter()
-    meta, policy, behaviour, index = _load(cfg)
-    load_s = time.perf_counter() - t0
+def _models(cfg: ReplayConfig, dist: Dist
+            ) -> tuple[RolloutMeta, Policy, Policy | None, LogIndex]:
+    """Load and check the inputs; under FSDP load on the host, then shard onto the device."""
+    meta, policy, behaviour, index = _load(replace(cfg, device="cpu") if dist.fsdp else cfg)
+    check_world(dist, cfg.batch_size, index.n_rows)
+    if dist.fsdp:
+        for model in (policy, behaviour):
+            if model is not None:
+                shard_policy(model, cfg.device, dist.world_size)
+    return meta, policy, behaviour, index
+
+
+def _inputs_and_layout(cfg: ReplayConfig) -> tuple[dict, mf.RunLayout]:
     hashes = {"log": mf.content_hashes(cfg.log), "checkpoint": mf.content_hashes(cfg.checkpoint)}
     if cfg.behavior_checkpoint is not None:
         hashes["behavior_checkpoint"] = mf.content_hashes(cfg.behavior_checkpoint)
-    layout = _check_run_dir(cfg, hashes)
+    return hashes, _check_run_dir(cfg, hashes)
+
+
+def _start(cfg: ReplayConfig, dist: Dist = LOCAL) -> tuple[Context, dict]:
+    t0 = time.perf_counter()
+    meta, policy, behaviour, index = _models(cfg, dist)
+    load_s = time.perf_counter() - t0
+    hashes, layout = dist.from_main(lambda: _inputs_and_layout(cfg))  # rank 0 hashes
     doc = {"kind": "pdm_replay.replay", "status": "running", "config": cfg.to_json(),
            "versions": mf.package_versions(), "hashes": hashes, "device": _device_info(cfg.device),
            "log_meta": asdict(meta), "log_rows": index.n_rows, "warnings": _warnings(cfg, meta),
            "started_at": _now(), "timings": {"load_s": load_s,
                                              "hash_s": time.perf_counter() - t0 - load_s}}
     temperature = 1.0 if meta.temperature is None else meta.temperature
+    snapshot = ParamSnapshot(list(policy.model.parameters()))
+    # Measured after the snapshot; the smallest over ranks, so every rank chunks alike.
+    chunk = cfg.chunk_tokens or dist.min_int(auto_chunk_tokens(
+        cfg.device, policy.vocab_size, snapshot.params, cfg.optimizer))
+    doc.update(chunk_tokens=chunk, distributed=dist.describe())
+    if cfg.fsdp and not dist.fsdp:
+        doc["warnings"].append("--fsdp without torchrun (one process): nothing to shard")
     ctx = Context(cfg=cfg, meta=meta, policy=policy, behaviour=behaviour, index=index,
                   layout=layout, record_masks=build_masks(cfg.masks, cfg.thresholds),
                   update_masks=build_masks(cfg.update_masks, cfg.thresholds),
-                  snapshot=ParamSnapshot(list(policy.model.parameters())),
-                  pass_cfg=PassConfig(temperature=temperature, chunk_tokens=cfg.chunk_tokens))
+                  snapshot=snapshot, dist=dist,
+                  pass_cfg=PassConfig(temperature=temperature, chunk_tokens=chunk,
+                                      lockstep=dist.fsdp))
     return ctx, doc
 
 
-def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
-               grad_reduce: GradReduce | None = None) -> ReplayResult:
-    """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary."""
-    ctx, doc = _start(cfg)
-    ctx.grad_reduce = grad_reduce
-    layout, t0 = ctx.layout, time.perf_counter()
+def _finish(ctx: Context, doc: dict, finished: set[int], t0: float) -> ReplayResult:
+    """Rank 0 pools every seed's parts into the summary and completes the manifest."""
+    cfg, layout = ctx.cfg, ctx.layout
+    seeds = list(range(cfg.seeds))
+    records = [layout.read_done(s) for s in seeds]
+    summary = run_summary(layout, seeds, cfg)
+    doc["timings"].update(seeds_s=time.perf_counter() - t0,
+                          per_seed={str(r["seed"]): r["timings"] for r in records})
+    doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
+               recompute_deviation=_aggregate_deviation(records),
+               tokens=sum(r["tokens"] for r in records),
+               summary=[asdict(a) for a in summary])
     mf.write_manifest(layout, doc)
-    finished = set(layout.finished_seeds())
+    return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)
+
+
+def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
+               grad_reduce: GradReduce | None = None, dist: Dist = LOCAL) -> ReplayResult:
+    """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary.
+
+    Under torchrun every rank calls this with its :class:`~pdm_replay.replay.distributed.Dist`
+    (``init_from_env``); every rank returns rank 0's result.
+    """
+    ctx, doc = _start(cfg, dist)
+    ctx.grad_reduce = grad_reduce or dist.grad_reduce()
+    layout, t0 = ctx.layout, time.perf_counter()
+    if dist.is_main:
+        mf.write_manifest(layout, doc)
+    finished = set(dist.broadcast(layout.finished_seeds()))
     todo = [s for s in range(cfg.seeds) if s not in finished]
     stages = len(todo) * (1 + len(ctx.update_masks))
     state = {"stages": 0, "tokens": 0.0}
@@ -271,20 +340,14 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
                         state["tokens"] / max(time.perf_counter() - t0, 1e-9))
     try:
         for seed in todo:
-            layout.clear_seed(seed)  # what an interrupted attempt left behind
+            if dist.is_main:
+                layout.clear_seed(seed)  # what an interrupted attempt left behind
+            dist.barrier()  # no rank writes a part before the seed is cleared
             replay_seed(ctx, seed, tick)
     except BaseException as exc:
-        doc.update(status="failed", error=f"{type(exc).__name__}: {exc}", failed_at=_now())
-        mf.write_manifest(layout, doc)
+        if dist.is_main:
+            doc.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                       failed_at=_now())
+            mf.write_manifest(layout, doc)
         raise
-    seeds = list(range(cfg.seeds))
-    records = [layout.read_done(s) for s in seeds]
-    summary = run_summary(layout, seeds, cfg)
-    doc["timings"].update(seeds_s=time.perf_counter() - t0,
-                          per_seed={str(r["seed"]): r["timings"] for r in records})
-    doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
-               recompute_deviation=_aggregate_deviation(records),
-               tokens=sum(r["tokens"] for r in records),
-               summary=[asdict(a) for a in summary])
-    mf.write_manifest(layout, doc)
-    return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)
+    return dist.from_main(lambda: _finish(ctx, doc, finished, t0))

@@ -28,6 +28,7 @@ from pdm_replay.run_masks import THRESHOLDS_KEY
 from pdm_replay.schema import UPDATES_V1
 from pdm_replay.tokens import token_table
 
+NULL_WHERE_NAN = frozenset({"delta_kl_self", "delta_kl_cross"})  # attribution sample only
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ def updates_part(flat: FlatTokens, seed: int, mask_name: str, kept: Tensor,
         "seed": np.full(n, seed, dtype=np.int64), "update_mask": [mask_name] * n,
         "sample_id": flat.sample_id[sel], "pos": flat.pos[sel], "kept": kept.numpy()[sel]}
     data.update({k: v.numpy()[sel] for k, v in cols.items()})
-    return pa.table({f.name: (pa.array(data[f.name], type=f.type) if f.name in data
-                              else pa.nulls(n, f.type)) for f in UPDATES_V1},
+    # NaN marks "not computed" in these sampled columns: written as null
+    return pa.table({f.name: (pa.array(data[f.name], type=f.type,
+                                       from_pandas=f.name in NULL_WHERE_NAN)
+                              if f.name in data else pa.nulls(n, f.type)) for f in UPDATES_V1},
                     schema=UPDATES_V1)

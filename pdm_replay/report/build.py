@@ -16,7 +16,7 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import polars as pl
 
 from pdm_replay.masks import MASKS
 from pdm_replay.report import api
+from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.run import RunInfo
 from pdm_replay.run_masks import comparison_pairs
@@ -55,6 +56,8 @@ SECTIONS = (
     ("seed_wins", "Seed wins: predictive lower unsafe-keep rate than ratio"),
     ("sign_accuracy", "Sign accuracy of each direction predictor (update `none`)"),
     ("estimator_accuracy", "Top-K slope estimators vs exact"),
+    ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
+                    "(update `none`)"),
     ("mask_summary", "Mask summary"),
     ("log_health", "Log health"),
 )
@@ -74,6 +77,7 @@ class Report:
     log_health: pl.DataFrame
     notes: tuple[str, ...]
     confidence: float = 0.95  # level of the bootstrap intervals in seed_wins / headline
+    attribution: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.attribution
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order."""
@@ -106,13 +110,15 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     health = api.log_health(db)
     by_seed = api.alignment_by_seed(db)
     unmeasured = int((by_seed["n_kept"] - by_seed["n_measured"]).sum()) if by_seed.height else 0
+    split = attribution_split(db)
+    extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
     return Report(info=db.info, headline=api.headline(db, **boot),
                   seed_rates=api.seed_rates(db), seed_wins=api.seed_wins(db, **boot),
                   sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
                   mask_summary=api.mask_summary(db), log_health=health,
-                  notes=tuple(_notes(db.info, health.row(0, named=True), unmeasured)),
-                  confidence=confidence)
+                  notes=tuple(_notes(db.info, health.row(0, named=True), unmeasured)) + extra,
+                  confidence=confidence, attribution=split)
 
 
 def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:

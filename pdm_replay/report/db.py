@@ -10,7 +10,8 @@ Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs
 ``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
 ``seed_wins``, ``realized_none``, ``sign_accuracy``, ``estimator_accuracy``,
-``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``.
+``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``,
+``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``.
 
 Examples
 --------
@@ -50,7 +51,7 @@ from pdm_replay.run_masks import comparison_pairs
 from pdm_replay.schema import UPDATES_V1, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
-              "views_summary.sql")
+              "views_summary.sql", "views_attribution.sql")
 DEFAULT_MEMORY_LIMIT = "1GB"
 
 

@@ -1,0 +1,305 @@
+"""Multi-process replay (SPEC §7) on torch.distributed: one :class:`Dist` per process.
+
+Started as ``torchrun --nproc_per_node N -m pdm_replay replay ...``: every rank draws the
+same global batch of a seed, keeps a contiguous, cost-balanced shard of its samples for
+the forward passes (:func:`shard_seed_batch`), normalises the surrogate by the *global*
+loss-token count (:meth:`Dist.sum_int`) and sums gradients over ranks before the
+optimizer step (:meth:`Dist.grad_reduce`), so the simulated step is the single-process
+step on the same global batch. Rank r writes ``part-<r>.parquet`` of every seed; rank 0
+alone writes ``manifest.json`` and the seed's done marker, once every rank has reported
+its parts written (:func:`finish_seed`). A seed is the unit of resume: its gradient needs
+every rank, so an unfinished seed is redone by all ranks.
+
+One process (no torchrun) is :data:`LOCAL`: every collective is the identity.
+
+Examples
+--------
+>>> LOCAL.sum_int(7), LOCAL.broadcast("x"), LOCAL.gather({"a": 1})
+(7, 'x', [{'a': 1}])
+>>> shard_bounds([5, 5, 5, 5, 40], 2)  # rank 0: samples 0..3, rank 1: sample 4
+[0, 4, 5]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.data import SeedBatch
+from pdm_replay.replay.gpu import peak_memory
+from pdm_replay.replay.manifest import RunLayout
+from pdm_replay.replay.step import GradReduce
+
+T = TypeVar("T")
+BUCKET_BYTES = 64 << 20  # gradients are summed in flat buckets of this size
+TIMEOUT = timedelta(minutes=30)  # a collective waiting longer than this fails the rank
+
+
+def _is_dtensor(t: Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+    return isinstance(t, DTensor)
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the job; collectives over every rank (identity alone)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None  # "gloo" | "nccl"; None: a single process
+    fsdp: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def _tensor(self, value: int) -> Tensor:
+        # NCCL only reduces device tensors; gloo takes host tensors.
+        device = "cuda" if self.backend == "nccl" else "cpu"
+        return torch.tensor([value], dtype=torch.int64, device=device)
+
+    def _reduce_int(self, value: int, op: str) -> int:
+        if not self.active:
+            return int(value)
+        import torch.distributed as dist
+        t = self._tensor(int(value))
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        return int(t.item())
+
+    def sum_int(self, value: int) -> int:
+        """Σ over ranks of an integer (e.g. the global loss-token count)."""
+        return self._reduce_int(value, "SUM")
+
+    def max_int(self, value: int) -> int:
+        return self._reduce_int(value, "MAX")
+
+    def min_int(self, value: int) -> int:
+        return self._reduce_int(value, "MIN")
+
+    def barrier(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+            dist.barrier()
+
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's ``obj`` on every rank (picklable objects)."""
+        if not self.active:
+            return obj
+        import torch.distributed as dist
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: T) -> list[T] | None:
+        """Every rank's ``obj`` in rank order on rank 0; ``None`` on the other ranks."""
+        if not self.active:
+            return [obj]
+        import torch.distributed as dist
+        out: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def from_main(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on rank 0 only and hand its result, or its exception, to every rank.
+
+        For checks that read or hash shared files: one rank does the work and every rank
+        fails alike (no rank is left waiting in a collective for one that raised).
+        """
+        if not self.active:
+            return fn()
+        outcome: tuple[bool, Any] = (True, None)
+        if self.is_main:
+            try:
+                outcome = (True, fn())
+            except Exception as exc:  # noqa: BLE001  (re-raised on every rank below)
+                outcome = (False, exc)
+        ok, value = self.broadcast(outcome)
+        if not ok:
+            raise value
+        return value
+
+    def grad_reduce(self) -> GradReduce | None:
+        """The :func:`~pdm_replay.replay.step.simulated_step` hook: Σ gradients over ranks."""
+        return all_reduce_grads if self.active else None
+
+    def describe(self) -> dict:
+        return {"world_size": self.world_size, "backend": self.backend, "fsdp": self.fsdp}
+
+    def close(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+LOCAL = Dist()
+
+
+def _rank_device(device: str, local_rank: int, world: int) -> str:
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine")
+    if dev.index is not None and world > 1:
+        raise ValueError(f"--device {device}: under torchrun pass --device cuda; rank r "
+                         "uses cuda:LOCAL_RANK (one GPU per process)")
+    torch.cuda.set_device(local_rank)  # so "cuda" means this rank's GPU from here on
+    return device
+
+
+def init_from_env(device: str = "cpu", fsdp: bool = False,
+                  env: dict[str, str] | None = None) -> Dist:
+    """The job this process belongs to, from the torchrun environment (``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``); :data:`LOCAL` outside
+    torchrun or with one process. Initialises the process group: NCCL for ``--device
+    cuda``, gloo otherwise.
+
+    >>> init_from_env("cpu", env={}) is LOCAL
+    True
+    """
+    env = dict(os.environ) if env is None else env
+    world = int(env.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return LOCAL
+    rank, local_rank = int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"]))
+    _rank_device(device, local_rank, world)
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=TIMEOUT)
+    return Dist(rank=rank, world_size=world, local_rank=local_rank, backend=backend,
+                fsdp=fsdp)
+
+
+def _buckets(grads: Sequence[Tensor], limit: int) -> list[list[Tensor]]:
+    """Consecutive runs of same-dtype, same-device gradients of at most ``limit`` bytes."""
+    out: list[list[Tensor]] = []
+    size = 0
+    for g in grads:
+        nbytes = g.numel() * g.element_size()
+        last = out[-1][-1] if out else None
+        if (last is None or last.dtype != g.dtype or last.device != g.device
+                or size + nbytes > limit):
+            out.append([])
+            size = 0
+        out[-1].append(g)
+        size += nbytes
+    return out
+
+
+@torch.no_grad()
+def all_reduce_grads(params: Sequence[nn.Parameter], bucket_bytes: int = BUCKET_BYTES
+                     ) -> None:
+    """Σ over ranks of ``p.grad`` for every parameter, in float32 (or wider) flat buckets.
+
+    FSDP-sharded parameters (DTensor gradients) are skipped: their backward already
+    reduce-scattered the sum.
+    """
+    import torch.distributed as dist
+    grads = [p.grad for p in params if p.grad is not None and not _is_dtensor(p.grad)]
+    for bucket in _buckets(grads, bucket_bytes):
+        wide = torch.promote_types(bucket[0].dtype, torch.float32)  # bf16 sums lose bits
+        flat = torch.cat([g.reshape(-1).to(wide) for g in bucket])
+        dist.all_reduce(flat)
+        offset = 0
+        for g in bucket:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+def shard_bounds(costs: Sequence[int], world: int) -> list[int]:
+    """Split points of ``len(costs)`` items into ``world`` contiguous, non-empty runs of
+    about equal total cost: rank r takes items ``bounds[r]:bounds[r + 1]``.
+
+    >>> shard_bounds([1] * 7, 3)
+    [0, 2, 5, 7]
+    """
+    n = len(costs)
+    if n < world:
+        raise ValueError(f"{n} samples cannot be split over {world} ranks")
+    cum = np.cumsum(np.asarray(costs, dtype=np.float64))
+    bounds = [0]
+    for r in range(1, world):
+        target = cum[-1] * r / world
+        i = int(np.searchsorted(cum, target))  # item i crosses the target
+        cut = i + 1 if i < n and cum[i] - target < target - (cum[i - 1] if i else 0) else i
+        bounds.append(min(max(cut, bounds[-1] + 1), n - (world - r)))
+    return bounds + [n]
+
+
+def shard_seed_batch(sb: SeedBatch, dist: Dist) -> SeedBatch:
+    """This rank's contiguous share of a seed's samples, balanced by prompt + response
+    length (the decoder's cost). Every rank reads and checks the whole batch first, so a
+    bad row fails every rank alike."""
+    if not dist.active:
+        return sb
+    costs = [len(p) + len(r) for p, r in zip(sb.prompts, sb.responses)]
+    bounds = shard_bounds(costs, dist.world_size)
+    lo, hi = bounds[dist.rank], bounds[dist.rank + 1]
+    t_lo, t_hi = np.searchsorted(sb.flat.row, [lo, hi])  # tokens are in row order
+    return SeedBatch(flat=sb.flat.select(slice(int(t_lo), int(t_hi))),
+                     prompts=sb.prompts[lo:hi], responses=sb.responses[lo:hi],
+                     sample_ids=sb.sample_ids[lo:hi])
+
+
+def empty_batch() -> PaddedBatch:
+    """A one-token sequence predicting nothing: a forward that only runs the collectives."""
+    one = torch.ones(1, 1, dtype=torch.long)
+    return PaddedBatch(input_ids=torch.zeros_like(one), attention_mask=one,
+                       position_ids=torch.zeros_like(one),
+                       target_index=torch.zeros(0, dtype=torch.long))
+
+
+def lockstep(batches: list[PaddedBatch], dist: Dist) -> list[PaddedBatch]:
+    """Pad every rank to the same number of micro-batches under FSDP, whose every forward
+    and backward is a collective (all-gather, reduce-scatter) that all ranks must join."""
+    if not dist.fsdp:
+        return batches
+    return batches + [empty_batch()] * (dist.max_int(len(batches)) - len(batches))
+
+
+def check_world(dist: Dist, batch_size: int, n_rows: int) -> None:
+    """Every rank needs at least one sample of every seed's batch."""
+    samples = min(batch_size, n_rows)
+    if samples < dist.world_size:
+        raise ValueError(f"a seed's batch holds {samples} samples (--batch-size "
+                         f"{batch_size}, {n_rows} log rows) but {dist.world_size} processes "
+                         "replay it: each needs one; raise --batch-size or lower "
+                         "--nproc_per_node")
+
+
+def _combine(seed: int, records: list[dict]) -> dict:
+    """One done-marker record from every rank's (rank order): sums, slowest timings."""
+    devs = [r["deviation"] for r in records if r["deviation"]["count"]]
+    deviation = {"max": max(d["max"] for d in devs) if devs else None,
+                 "sum": sum(d["sum"] for d in devs), "count": sum(d["count"] for d in devs)}
+    keys = dict.fromkeys(k for r in records for k in r["timings"])
+    return {"seed": seed, "samples": sum(r["samples"] for r in records),
+            "tokens": sum(r["tokens"] for r in records), "deviation": deviation,
+            "timings": {k: max(r["timings"].get(k, 0.0) for r in records) for k in keys},
+            "world_size": len(records), "ranks": records}
+
+
+def finish_seed(layout: RunLayout, dist: Dist, seed: int, record: dict, device: str) -> dict:
+    """Report this rank's parts of ``seed`` written; rank 0 writes the seed's done marker
+    once every rank has. Returns the combined record on rank 0, this rank's elsewhere."""
+    record = {**record, "rank": dist.rank, "peak_memory": peak_memory(device)}
+    records = dist.gather(record)
+    if records is None:
+        return record
+    combined = _combine(seed, records)
+    layout.mark_done(seed, combined)
+    return combined
