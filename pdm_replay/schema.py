@@ -226,8 +226,11 @@ def schema_document(schema: pa.Schema) -> dict:
 
 def schema_documents() -> dict[str, dict]:
     """File name -> document for every contract in ``schemas/``."""
-    return {"rollout_v1.json": schema_document(ROLLOUT_V1),
-            "tokens_v1.json": schema_document(tokens_schema([], replay=True, exact=True)),
+    tokens = schema_document(tokens_schema([], replay=True, exact=True))
+    tokens["pattern_fields"] = [{"name": keep_column("<mask>"), "type": "bool",
+                                 "nullable": False, "required": "yes",
+                                 "doc": "one per mask recorded: True = the token is kept"}]
+    return {"rollout_v1.json": schema_document(ROLLOUT_V1), "tokens_v1.json": tokens,
             "updates_v1.json": schema_document(UPDATES_V1)}
 
 
