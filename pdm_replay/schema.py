@@ -105,6 +105,13 @@ TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
     _f64("dkl_exact", "full-vocabulary dD_kl/deta (behaviour checkpoint given)", "replay"),
 )
 
+# Per-support lists (replay only): S in support order, column 0 = k, invalid slots dropped.
+TOKEN_SUPPORT_COLUMNS: tuple[Column, ...] = (
+    Column("support_ids", pa.list_(_I32), "replay", "S in support order (first = k)"),
+    Column("support_logp_mu", pa.list_(_F32), "replay", "log mu on S, from the log"),
+    Column("support_logp_pre", pa.list_(_F32), "replay", "log pi_pre on S (recomputed)"),
+)
+
 UPDATE_COLUMNS: tuple[Column, ...] = (
     Column("seed", pa.int64(), "yes", "replay seed"),
     Column("update_mask", pa.string(), "yes", "mask used for the simulated step"),
@@ -126,6 +133,8 @@ UPDATE_COLUMNS: tuple[Column, ...] = (
          "grad log pi(k)>, the token's own gradient's share of delta_kl_lin", "replay"),
     _f64("delta_kl_cross", "delta_kl_lin - delta_kl_self: the other tokens' gradients' share",
          "replay"),
+    Column("support_logp_post", pa.list_(_F32), "replay",
+           "log pi_post on S, in the order of tokens' support_ids"),
 )
 
 
@@ -144,10 +153,12 @@ UPDATES_V1 = _schema(UPDATE_COLUMNS, UPDATES_SCHEMA_ID)
 
 def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
                   exact: bool = False) -> pa.Schema:
-    """tokens/v1 for the given masks; ``replay`` adds ``seed``, ``exact`` the exact columns."""
+    """tokens/v1 for the given masks; ``replay`` adds ``seed`` and the per-support lists,
+    ``exact`` the exact columns."""
     cols = list(TOKEN_BASE_COLUMNS)
     if replay:
         cols.insert(0, TOKEN_REPLAY_COLUMNS[0])
+        cols.extend(TOKEN_SUPPORT_COLUMNS)
     if exact:
         cols.extend(TOKEN_REPLAY_COLUMNS[1:])
     cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")

@@ -58,12 +58,26 @@ def log_cap(flat: FlatTokens, meta: RolloutMeta) -> torch.Tensor:
     return unseen_cap(t(flat.topk_logprobs), genuine)
 
 
+def support_list(values: np.ndarray, valid: np.ndarray, type_: pa.DataType) -> pa.ListArray:
+    """Arrow list array ``(N,)`` of ``values`` ``(N, M)`` at the ``valid`` slots, in order.
+
+    >>> support_list(np.array([[1, 2, 0], [3, 0, 0]]), np.array([[1, 1, 0], [1, 0, 0]], bool),
+    ...              pa.int32()).to_pylist()
+    [[1, 2], [3]]
+    """
+    offsets = np.zeros(len(valid) + 1, dtype=np.int32)
+    np.cumsum(valid.sum(1), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[valid], type=type_))
+
+
 def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], *,
-                extra: Mapping[str, np.ndarray] | None = None, seed: int | None = None
-                ) -> pa.Table:
+                extra: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+                lists: Mapping[str, pa.Array] | None = None) -> pa.Table:
     """tokens/v1 rows for the loss tokens of ``flat`` (``loss_mask`` True).
 
-    ``extra`` adds columns (e.g. ``kl_exact``); ``seed`` adds the replay ``seed`` column.
+    ``extra`` adds columns (e.g. ``kl_exact``); ``seed`` adds the replay ``seed`` column
+    and the per-support list columns, from ``lists`` (one entry per token of ``flat``,
+    see :func:`support_list`) or null where absent.
     """
     keep = apply_masks(dict(masks), stats)
     sel = flat.loss_mask
@@ -77,5 +91,9 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
         cols["seed"] = np.full(int(sel.sum()), seed, dtype=np.int64)
     schema = tokens_schema(masks, replay=seed is not None,
                            exact=bool(extra and "kl_exact" in extra))
-    return pa.table({f.name: pa.array(cols[f.name], type=f.type) for f in schema},
-                    schema=schema)
+    n, sel_arr = int(sel.sum()), pa.array(sel)
+    arrays = {k: v.filter(sel_arr).cast(schema.field(k).type) for k, v in (lists or {}).items()}
+    arrays.update({f.name: pa.nulls(n, f.type) for f in schema
+                   if f.name not in cols and f.name not in arrays and f.nullable})
+    return pa.table({f.name: arrays[f.name] if f.name in arrays
+                     else pa.array(cols[f.name], type=f.type) for f in schema}, schema=schema)

@@ -84,6 +84,9 @@ def replay(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
     dtype: str = typer.Option("float32", "--dtype", help=f"Weight dtype: {', '.join(DTYPES)}; "
                               "statistics are float32/float64 regardless."),
+    behavior_dtype: Optional[str] = typer.Option(
+        None, "--behavior-dtype", help="dtype of the behaviour model for exact µ: the "
+        "rollout engine's precision. Default: the log's footer `behavior_dtype`, else --dtype."),
     chunk_tokens: Optional[int] = typer.Option(
         None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk: bounds logits memory "
         "to about 8 x chunk x vocab x 4 bytes. Default: from the device's free memory."),
@@ -127,6 +130,7 @@ def replay(
             masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
             seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
             optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
+            behavior_dtype=behavior_dtype,
             thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
             tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,

@@ -93,6 +93,20 @@ def estimator_scatter(sample: pl.DataFrame, reference: str) -> alt.Chart:
     ).properties(height=360, width="container")
 
 
+def support_atoms_chart(dist: pl.DataFrame) -> alt.Chart:
+    """µ vs π_pre vs π_post on each token of the support S and the tail, one group of bars
+    per token in support order (``dist``: ``support_distribution`` plus a ``label`` column)."""
+    order = dist["distribution"].unique(maintain_order=True).to_list()
+    labels = dist.sort("slot")["label"].unique(maintain_order=True).to_list()
+    return alt.Chart(dist.drop_nulls("p")).mark_bar().encode(
+        x=alt.X("label:N", title=None, sort=labels),
+        xOffset=alt.XOffset("distribution:N", sort=order),
+        y=alt.Y("p:Q", title="probability"),
+        color=alt.Color("distribution:N", title=None, sort=order),
+        tooltip=["label", "token_id", "distribution", alt.Tooltip("p:Q", format=".4g")],
+    ).properties(height=280, width="container")
+
+
 def support_chart(masses: pl.DataFrame) -> alt.Chart:
     """µ vs π_pre vs π_post on the parts of the support
     (:func:`~pdm_replay.report.dashboard_api.support_masses`; unknown parts are left out)."""

@@ -46,6 +46,9 @@ class ReplayConfig:
     lr: float = 1e-6
     device: str = "cpu"
     dtype: str = "float32"
+    # The behaviour model's dtype for exact µ: the engine's precision, so exact µ is the
+    # distribution actually sampled from. None: the log's footer `behavior_dtype`, else dtype.
+    behavior_dtype: str | None = None
     chunk_tokens: int | None = None  # None: from free device memory (replay.gpu)
     thresholds: Thresholds = field(default_factory=Thresholds)
     attribution: bool = True  # delta_kl_lin/_curv per update (+ _self/_cross for SGD)
@@ -74,6 +77,8 @@ class ReplayConfig:
                   (self.attribution_sample >= 0, "--attribution-sample must be >= 0"),
                   (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
                   (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
+                  (self.behavior_dtype in (None, *DTYPES),
+                   f"--behavior-dtype must be one of {tuple(DTYPES)}"),
                   (len(self.update_masks) > 0, "--update-masks names no mask")]
         for ok, message in checks:
             if not ok:

@@ -39,7 +39,7 @@ from pdm_replay.masks import Mask, apply_masks, build_masks
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import PaddedBatch, micro_batches
-from pdm_replay.replay.checkpoint import (Policy, check_checkpoint_dir, check_compatible,
+from pdm_replay.replay.checkpoint import (DTYPES, Policy, check_checkpoint_dir, check_compatible,
                                           load_policy)
 from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
 from pdm_replay.replay.data import LogIndex, check_replayable, seed_batch
@@ -133,6 +133,15 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     return layout
 
 
+def behaviour_dtype(cfg: ReplayConfig, meta: RolloutMeta) -> str:
+    """dtype for the behaviour model: ``--behavior-dtype``, else the footer's
+    ``behavior_dtype`` (the engine's precision: exact µ must be the distribution sampled
+    from; a bf16 engine and a float32 reload differ by far more than the top-K interval
+    widths), else ``--dtype``."""
+    footer = meta.extra.get("behavior_dtype")
+    return cfg.behavior_dtype or (footer if footer in DTYPES else cfg.dtype)
+
+
 def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogIndex]:
     for path in (cfg.checkpoint, cfg.behavior_checkpoint):
         if path is not None:
@@ -142,14 +151,14 @@ def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogInd
     if meta.temperature is not None and meta.temperature <= 0:
         raise ValueError(f"{cfg.log}: footer temperature={meta.temperature}; replay needs the "
                          "sampling temperature (> 0) that µ was sampled at")
-    load = lambda p: load_policy(p, dtype=cfg.dtype, device=cfg.device,  # noqa: E731
-                                 allow_pickle=cfg.allow_pickle,
-                                 trust_remote_code=cfg.trust_remote_code)
-    policy = load(cfg.checkpoint)
+    load = lambda p, dtype: load_policy(p, dtype=dtype, device=cfg.device,  # noqa: E731
+                                        allow_pickle=cfg.allow_pickle,
+                                        trust_remote_code=cfg.trust_remote_code)
+    policy = load(cfg.checkpoint, cfg.dtype)
     check_compatible(policy, meta, cfg.log, cfg.tokenizer_check)
     behaviour = None
     if cfg.behavior_checkpoint is not None:
-        behaviour = load(cfg.behavior_checkpoint)
+        behaviour = load(cfg.behavior_checkpoint, behaviour_dtype(cfg, meta))
         check_compatible(behaviour, meta, cfg.log, cfg.tokenizer_check)
         behaviour.model.requires_grad_(False)
     index = check_replayable(cfg.log, policy.vocab_size)
@@ -159,7 +168,7 @@ def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogInd
 def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
               batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
               mu_hidden: list[torch.Tensor] | None,
-              attr: SeedAttribution | None = None) -> dict[str, torch.Tensor]:
+              attr: SeedAttribution | None = None) -> dict[str, torch.Tensor | pa.Array]:
     """One update mask: step, post-update statistics, restore. Returns updates columns."""
     weight = (keep & loss_mask).double()
     # Every loss token of the global batch (all ranks): a mask never changes the normaliser.

@@ -26,7 +26,7 @@ from pdm_replay.math.support import (Reduced, ReducedPair, Support, build_suppor
 from pdm_replay.replay.recompute import SupportStats
 from pdm_replay.run_masks import THRESHOLDS_KEY
 from pdm_replay.schema import UPDATES_V1
-from pdm_replay.tokens import token_table
+from pdm_replay.tokens import support_list, token_table
 
 NULL_WHERE_NAN = frozenset({"delta_kl_self", "delta_kl_cross"})  # attribution sample only
 
@@ -46,6 +46,18 @@ class PreUpdate:
             return {}
         return {"kl_exact": self.pi.exact.kl_exact.numpy(),
                 "dkl_exact": self.pi.dkl_exact().numpy()}
+
+    def support_lists(self) -> dict[str, pa.Array]:
+        """``support_ids``, ``support_logp_mu``, ``support_logp_pre``: lists over S per token
+        (N,), invalid slots dropped; float32 keeps them at K+1 floats per token."""
+        valid = self.support.valid.cpu().numpy()
+        return {"support_ids": support_list(self.support.ids.cpu().numpy(), valid, pa.int32()),
+                "support_logp_mu": _f32_list(self.mu.logp, valid),
+                "support_logp_pre": _f32_list(self.pi.logp_s, valid)}
+
+
+def _f32_list(logp_s: Tensor, valid: np.ndarray) -> pa.Array:
+    return support_list(logp_s.cpu().float().numpy(), valid, pa.float32())
 
 
 def log_support(flat: FlatTokens) -> tuple[Support, Reduced]:
@@ -68,20 +80,23 @@ def tokens_part(flat: FlatTokens, pre: PreUpdate, masks: Mapping[str, Mask], see
                 thresholds: Thresholds, footer: Mapping[str, str] | None = None) -> pa.Table:
     """tokens/v1 + ``seed`` for the loss tokens; thresholds (and ``footer``) in the footer,
     under the same keys as the log-only ``masks`` output."""
-    table = token_table(flat, pre.stats, masks, extra=pre.extra_columns(), seed=seed)
+    table = token_table(flat, pre.stats, masks, extra=pre.extra_columns(), seed=seed,
+                        lists=pre.support_lists())
     md = dict(table.schema.metadata or {})
     md[THRESHOLDS_KEY.encode()] = json.dumps(dataclasses.asdict(thresholds)).encode()
     md.update({k.encode(): v.encode() for k, v in (footer or {}).items()})
     return table.replace_schema_metadata(md)
 
 
-def post_columns(pre: PreUpdate, post: SupportStats) -> dict[str, Tensor]:
-    """updates/v1 value columns (N,) from π after one step, on the same supports."""
+def post_columns(pre: PreUpdate, post: SupportStats) -> dict[str, Tensor | pa.Array]:
+    """updates/v1 value columns (N,) from π after one step, on the same supports;
+    ``support_logp_post`` is a list array over S in the order of ``support_ids``."""
     pair = ReducedPair(pre.support, pre.mu, post.reduced())
     kl, tv = dv.kl_topk(pair), dv.tv_topk(pair)
     cols = {"logp_post": post.logp_k, "kl_topk_post": kl, "tv_topk_post": tv,
             "delta_kl_topk": kl - pre.stats.kl_topk, "delta_tv_topk": tv - pre.stats.tv_topk,
-            "delta_logp": post.logp_k - pre.pi.logp_k}
+            "delta_logp": post.logp_k - pre.pi.logp_k,
+            "support_logp_post": _f32_list(post.logp_s, pre.support.valid.cpu().numpy())}
     if post.exact is not None and pre.pi.exact is not None:
         cols["kl_exact_post"] = post.exact.kl_exact
         cols["delta_kl_exact"] = post.exact.kl_exact - pre.pi.exact.kl_exact
@@ -89,16 +104,19 @@ def post_columns(pre: PreUpdate, post: SupportStats) -> dict[str, Tensor]:
 
 
 def updates_part(flat: FlatTokens, seed: int, mask_name: str, kept: Tensor,
-                 cols: Mapping[str, Tensor]) -> pa.Table:
-    """updates/v1 rows of one update mask for the loss tokens of ``flat``."""
+                 cols: Mapping[str, Tensor | pa.Array]) -> pa.Table:
+    """updates/v1 rows of one update mask for the loss tokens of ``flat``; ``cols`` are
+    tensors or Arrow arrays (N,) over every token of ``flat``."""
     sel = flat.loss_mask
     n = int(sel.sum())
+    lists = {k: v.filter(pa.array(sel)) for k, v in cols.items() if isinstance(v, pa.Array)}
     data: dict[str, object] = {
         "seed": np.full(n, seed, dtype=np.int64), "update_mask": [mask_name] * n,
         "sample_id": flat.sample_id[sel], "pos": flat.pos[sel], "kept": kept.numpy()[sel]}
-    data.update({k: v.numpy()[sel] for k, v in cols.items()})
+    data.update({k: v.numpy()[sel] for k, v in cols.items() if k not in lists})
     # NaN marks "not computed" in these sampled columns: written as null
-    return pa.table({f.name: (pa.array(data[f.name], type=f.type,
-                                       from_pandas=f.name in NULL_WHERE_NAN)
-                              if f.name in data else pa.nulls(n, f.type)) for f in UPDATES_V1},
+    arrays = {k: pa.array(v, type=UPDATES_V1.field(k).type, from_pandas=k in NULL_WHERE_NAN)
+              for k, v in data.items()}
+    arrays.update(lists)
+    return pa.table({f.name: arrays.get(f.name, pa.nulls(n, f.type)) for f in UPDATES_V1},
                     schema=UPDATES_V1)

@@ -25,6 +25,7 @@ import polars as pl
 from pdm_replay.masks import MASKS
 from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
+from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.run import RunInfo
 from pdm_replay.run_masks import comparison_pairs
@@ -56,6 +57,7 @@ SECTIONS = (
     ("seed_wins", "Seed wins: predictive lower unsafe-keep rate than ratio"),
     ("sign_accuracy", "Sign accuracy of each direction predictor (update `none`)"),
     ("estimator_accuracy", "Top-K slope estimators vs exact"),
+    ("certificates", "Sign certificates (KL): decisions the logged support alone settles"),
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
                     "(update `none`)"),
     ("mask_summary", "Mask summary"),
@@ -78,6 +80,7 @@ class Report:
     notes: tuple[str, ...]
     confidence: float = 0.95  # level of the bootstrap intervals in seed_wins / headline
     attribution: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.attribution
+    certificates: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.certificates
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order."""
@@ -118,7 +121,8 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   estimator_accuracy=api.estimator_accuracy(db),
                   mask_summary=api.mask_summary(db), log_health=health,
                   notes=tuple(_notes(db.info, health.row(0, named=True), unmeasured)) + extra,
-                  confidence=confidence, attribution=split)
+                  confidence=confidence, attribution=split,
+                  certificates=certificate_summary(db))
 
 
 def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:

@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -46,6 +46,8 @@ QUERIES = "dashboard_queries.sql"
 UPDATES = ("own", "ratio", "predictive", "none")
 SORT_COLUMNS = ("key", "d_pre", "delta_d", "advantage", "ratio", "d_local", "d_predictive")
 HISTOGRAM_COLUMNS = ("kl_topk", "tv_topk", "mu_mass", "pi_mass")
+SUPPORT_SCHEMA = {"slot": pl.Int64, "token_id": pl.Int64, "distribution": pl.String,
+                  "p": pl.Float64}
 _SEED_DIR = re.compile(r"^seed=(-?\d+)$")
 
 
@@ -275,6 +277,47 @@ def support_masses(token: Mapping[str, Any], updates: pl.DataFrame) -> pl.DataFr
                  (name, "rest of S", None), (name, "tail (outside S)", None)]
     return pl.DataFrame(rows, schema={"distribution": pl.String, "part": pl.String,
                                       "p": pl.Float64}, orient="row")
+
+
+def support_distribution(db: ReportDB, seed: int | None, sample_id: str, pos: int,
+                         update_masks: Sequence[str] | None = None) -> pl.DataFrame:
+    """µ, π_pre and π_post (one per update mask, all or ``update_masks``) on each token of
+    the support S and on the tail outside S, long: ``slot`` (0 = sampled k, ``|S|`` = the
+    tail), ``token_id`` (null for the tail), ``distribution``, ``p``.
+
+    Empty when the run has no per-support columns (runs written before them, log-only
+    runs): use :func:`support_masses` then. π_post's tail is ``1 − Σ_S π_post``.
+
+    >>> from pdm_replay.report.synthetic import example_run
+    >>> db, _ = connect_dashboard(example_run())
+    >>> t = db.query("SELECT seed, sample_id, pos FROM tokens LIMIT 1").row(0)
+    >>> df = support_distribution(db, *t, update_masks=["none"])
+    >>> df["distribution"].unique(maintain_order=True).to_list()
+    ['µ', 'π_pre', 'π_post[none]']
+    >>> sums = df.group_by("distribution").agg(pl.col("p").sum())["p"]
+    >>> bool(((sums - 1).abs() < 1e-4).all())
+    True
+    >>> db.close()
+    """
+    key = {"seed": seed, "sample_id": sample_id, "pos": pos}
+    tok = _named(db, "token_support", key)
+    if tok.is_empty() or tok["support_ids"][0] is None:
+        return pl.DataFrame(schema=SUPPORT_SCHEMA)
+    row = tok.row(0, named=True)
+    ids = row["support_ids"]
+    dists = [("µ", row["support_logp_mu"], row["mu_tail"]),
+             ("π_pre", row["support_logp_pre"], row["pi_tail"])]
+    post = _named(db, "token_support_post", key)
+    for mask, logp in post.iter_rows():
+        if update_masks is None or mask in update_masks:
+            dists.append((f"π_post[{mask}]", logp, None))
+    rows = []
+    for name, logp, tail in dists:
+        p = [math.exp(v) for v in logp]
+        tail = max(1.0 - sum(p), 0.0) if tail is None else tail
+        rows += [(i, int(t), name, v) for i, (t, v) in enumerate(zip(ids, p))]
+        rows.append((len(ids), None, name, tail))
+    return pl.DataFrame(rows, schema=SUPPORT_SCHEMA, orient="row")
 
 
 def slope_terms(token: Mapping[str, Any]) -> pl.DataFrame:

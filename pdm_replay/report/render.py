@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pdm_replay.report.attribution import SHARE_COLUMNS
+from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 
 DIFF_COLUMNS = ("mean_unsafe_diff", "unsafe_diff", "ci_low", "ci_high")
@@ -29,7 +30,7 @@ RATE_COLUMNS = frozenset({
     "unsafe_keep_rate", "corrective_rate", "keep_fraction", "accuracy", "sign_agreement",
     "mass_overflow_fraction", "unsafe_keep_ratio", "unsafe_keep_predictive",
     "corrective_ratio", "corrective_predictive", "unsafe_ratio", "unsafe_predictive"}
-) | SHARE_COLUMNS
+) | SHARE_COLUMNS | CERT_SHARE_COLUMNS
 HEADLINE_LABELS = {
     "family": "family", "estimator": "estimator", "n_seeds": "seeds",
     "out_of_region_per_seed": "out of region / seed",

@@ -32,13 +32,15 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from pdm_replay.io.atomic import atomic_write_bytes, write_table_atomic
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import MASKS, Thresholds, build_masks
+from pdm_replay.math.support import build_support, gather_support_logprobs
 from pdm_replay.run_masks import THRESHOLDS_KEY
 from pdm_replay.schema import UPDATES_V1
-from pdm_replay.tokens import log_stats, token_table
+from pdm_replay.tokens import log_stats, support_list, token_table
 
 UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform", "dppo_topk_tv",
                 "pdm_tv_agg", "pdm_tv_uniform")
@@ -73,6 +75,36 @@ def _flat_tokens(rng: np.random.Generator, seed: int, first: int, n: int,
                       train_logprobs=lpi[rows, k], train_topk_logprobs=lpi[:, :top_k])
 
 
+def _support_lists(flat: FlatTokens) -> dict[str, pa.Array]:
+    """µ and π_pre over each token's support, as the replay writes them."""
+    t = torch.from_numpy
+    sup = build_support(t(flat.token_id), t(flat.topk_ids))
+    valid = sup.valid.numpy()
+    def logp(k: np.ndarray, topk: np.ndarray) -> np.ndarray:
+        return gather_support_logprobs(sup, t(k), t(topk)).float().numpy()
+    return {"support_ids": support_list(sup.ids.numpy(), valid, pa.int32()),
+            "support_logp_mu": support_list(logp(flat.logp_behavior, flat.topk_logprobs),
+                                            valid, pa.float32()),
+            "support_logp_pre": support_list(logp(flat.train_logprobs,
+                                                  flat.train_topk_logprobs), valid, pa.float32())}
+
+
+def _support_post(tok: pa.Table, logp_post: np.ndarray) -> pa.Array:
+    """π_post over S: π_post(k) at the first slot, the rest of S rescaled so that S and the
+    unchanged π tail still hold all the mass."""
+    pre = tok.column("support_logp_pre").combine_chunks()
+    offsets = pre.offsets.to_numpy() - pre.offsets[0].as_py()  # pre may be a slice
+    p = np.exp(pre.flatten().to_numpy().astype(np.float64))
+    first, k_post = offsets[:-1], np.exp(logp_post)
+    rest = np.add.reduceat(p, first) - p[first]
+    free = 1.0 - tok.column("pi_tail").to_numpy() - k_post
+    scale = np.where(rest > 0, np.clip(free, 1e-9, None) / np.maximum(rest, 1e-300), 1.0)
+    post = p * np.repeat(scale, np.diff(offsets))
+    post[first] = k_post
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                    pa.array(np.log(post), pa.float32()))
+
+
 def _updates(rng: np.random.Generator, tok: pa.Table, true: dict[str, np.ndarray],
              update_mask: str) -> pa.Table:
     """One update mask's rows: ΔD follows the kept tokens' true slope, plus noise."""
@@ -89,6 +121,7 @@ def _updates(rng: np.random.Generator, tok: pa.Table, true: dict[str, np.ndarray
         rows[f"{fam}_topk_post"], rows[f"delta_{fam}_topk"] = pre + delta, delta
     rows["delta_logp"] = 0.01 * step + rng.normal(0.0, 0.001, n)
     rows["logp_post"] = col("logp_train") + rows["delta_logp"]
+    rows["support_logp_post"] = _support_post(tok, rows["logp_post"])
     if "kl_exact" in tok.column_names:
         rows["delta_kl_exact"] = 1.05 * rows["delta_kl_topk"]
         rows["kl_exact_post"] = col("kl_exact") + rows["delta_kl_exact"]
@@ -107,7 +140,8 @@ def _write_part(run_dir: Path, rng: np.random.Generator, flat: FlatTokens, seed:
     if cfg["exact"]:
         extra = {"kl_exact": stats.kl_topk.numpy() * rng.uniform(1.0, 1.05, len(flat)),
                  "dkl_exact": true_kl}
-    tok = token_table(flat, stats, cfg["masks"], extra=extra, seed=seed)
+    tok = token_table(flat, stats, cfg["masks"], extra=extra, seed=seed,
+                      lists=_support_lists(flat))
     md = {**(tok.schema.metadata or {}), THRESHOLDS_KEY.encode(): cfg["thresholds_json"]}
     write_table_atomic(run_dir / "tokens" / f"seed={seed}" / f"part-{part:04d}.parquet",
                        tok.replace_schema_metadata(md))

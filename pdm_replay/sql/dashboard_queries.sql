@@ -43,6 +43,20 @@ FROM updates
 WHERE seed IS NOT DISTINCT FROM $seed AND sample_id = $sample_id AND pos = $pos
 ORDER BY update_mask;
 
+-- name: token_support
+-- µ and π_pre over the support S (lists in support order, first = k) and both tails;
+-- the lists are null for runs written before they existed.
+SELECT support_ids, support_logp_mu, support_logp_pre, mu_tail, pi_tail FROM tokens
+WHERE seed IS NOT DISTINCT FROM $seed AND sample_id = $sample_id AND pos = $pos
+LIMIT 1;
+
+-- name: token_support_post
+-- π_post over S (same order as support_ids), one row per simulated update mask.
+SELECT update_mask, support_logp_post FROM updates
+WHERE seed IS NOT DISTINCT FROM $seed AND sample_id = $sample_id AND pos = $pos
+  AND support_logp_post IS NOT NULL
+ORDER BY update_mask;
+
 -- name: response_tokens
 SELECT pos, token_id FROM tokens
 WHERE seed IS NOT DISTINCT FROM $seed AND sample_id = $sample_id

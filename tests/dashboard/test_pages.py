@@ -6,6 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.ipc  # noqa: F401  (pa.ipc)
+import pyarrow.parquet as pq
+
 from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.report import dashboard_api as dapi
@@ -148,3 +152,43 @@ def test_log_health_validates_the_log_on_demand(app_for, run_dir: Path, tmp_path
     at.button[0].click().run()
     assert_clean(at)
     assert at.success[0].value.startswith("OK: 1 file(s), 3 samples")
+
+
+def test_disagreements_detail_charts_every_support_token(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Disagreements")
+    assert_clean(at)
+    first = at.dataframe[0].value.iloc[0]
+    db, _ = dapi.connect_dashboard(run_dir)
+    with db:
+        dist = dapi.support_distribution(db, int(first["seed"]), first["sample_id"],
+                                         int(first["pos"]),
+                                         update_masks=["dppo_topk_kl", "pdm_kl_agg", "none"])
+    ids = dist.filter(dist["token_id"].is_not_null())["token_id"].unique().to_list()
+    assert len(ids) >= 2 and int(first["token_id"]) == dist["token_id"][0]
+    assert {"µ", "π_pre"} <= set(dist["distribution"]) and any(
+        d.startswith("π_post[") for d in dist["distribution"])
+    chart = at.get("vega_lite_chart")[0].proto
+    spec = json.loads(chart.spec)
+    assert spec["encoding"]["x"]["field"] == "label"
+    shown = pa.ipc.open_stream(chart.datasets[0].data.data).read_all()
+    assert set(shown["distribution"].to_pylist()) == set(dist["distribution"])
+    tok = load_tokenizer(tokenizer_candidates(discover_run(run_dir))).tokenizer
+    k_text = token_texts(tok, [int(first["token_id"])])[0]
+    labels = set(shown["label"].to_pylist())
+    assert f"0: {k_text!r} (k)" in labels and "tail (outside S)" in labels
+    assert len(labels) == len(ids) + 1
+    assert not any("not each atom of S" in c.value for c in at.caption)
+
+
+def test_disagreements_detail_falls_back_without_support_lists(app_for, run_dir: Path,
+                                                               tmp_path: Path) -> None:
+    old = tmp_path / "old_run"
+    shutil.copytree(run_dir, old)
+    for kind, drop in (("tokens", ["support_ids", "support_logp_mu", "support_logp_pre"]),
+                       ("updates", ["support_logp_post"])):
+        for f in (old / kind).rglob("*.parquet"):
+            pq.write_table(pq.read_table(f).drop_columns(drop), f)
+    at = app_for(old, "Disagreements")
+    assert_clean(at)
+    assert len(at.get("vega_lite_chart")) == 1
+    assert any("not each atom of S" in c.value for c in at.caption)

@@ -151,3 +151,17 @@ def test_bad_options():
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"), update_masks=["x"])
     with pytest.raises(ValueError, match="--optimizer"):
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"), optimizer="lion")
+
+
+def test_behaviour_dtype_follows_option_then_footer_then_dtype() -> None:
+    from pathlib import Path
+
+    from pdm_replay.replay.config import ReplayConfig
+    from pdm_replay.replay.run import behaviour_dtype
+    from pdm_replay.schema import RolloutMeta
+    base = dict(log=Path("l"), checkpoint=Path("c"), out=Path("o"))
+    bf16 = RolloutMeta(vocab_size=4, top_k=1, extra={"behavior_dtype": "bfloat16"})
+    plain = RolloutMeta(vocab_size=4, top_k=1)
+    assert behaviour_dtype(ReplayConfig(**base), bf16) == "bfloat16"
+    assert behaviour_dtype(ReplayConfig(**base), plain) == "float32"
+    assert behaviour_dtype(ReplayConfig(**base, behavior_dtype="float32"), bf16) == "float32"

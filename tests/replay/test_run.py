@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -85,6 +87,28 @@ def test_updates_consistent_with_tokens(exact_run):
         assert np.allclose(u.logp_post - u.delta_logp, tok.logp_train)
     none = upd[upd.update_mask == "none"]
     assert np.mean(np.sign(tok.advantage.values) * none.delta_logp.values) > 0  # a real step
+
+
+def test_support_lists_match_scalar_columns(exact_run, replay_log):
+    tables = read_run(exact_run.run_dir, 1)
+    tok, upd = tables["tokens"][0], tables["updates"][0]
+    ids, mu, pre = (tok[c].to_pylist() for c in
+                    ("support_ids", "support_logp_mu", "support_logp_pre"))
+    assert all(len(i) == len(m) == len(p) == n
+               for i, m, p, n in zip(ids, mu, pre, tok["support_size"].to_pylist()))
+    assert [i[0] for i in ids] == tok["token_id"].to_pylist()
+    assert all(len(set(i)) == len(i) for i in ids)
+    col = lambda t, c: t[c].to_numpy()  # noqa: E731
+    assert np.allclose([p[0] for p in pre], col(tok, "logp_train"), atol=1e-5)
+    assert np.allclose([m[0] for m in mu], col(tok, "logp_behavior"), atol=1e-5)
+    mass = np.array([np.exp(np.asarray(p, np.float64)).sum() for p in pre])
+    assert np.allclose(mass + col(tok, "pi_tail"), 1.0, atol=1e-5)
+    for name in DEFAULT_UPDATE_MASKS:
+        u = upd.filter(pa.compute.equal(upd["update_mask"], name))
+        post = u["support_logp_post"].to_pylist()
+        assert [len(p) for p in post] == [len(i) for i in ids]
+        assert np.allclose([p[0] for p in post], col(u, "logp_post"), atol=1e-5)
+        assert not np.allclose(np.concatenate(post), np.concatenate(pre))  # a real step
 
 
 def test_seeds_draw_different_batches_and_same_seed_is_identical(exact_run, tmp_path,

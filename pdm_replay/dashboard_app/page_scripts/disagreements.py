@@ -109,6 +109,25 @@ def _detail_metrics(row: dict, token: dict, updates: pl.DataFrame) -> None:
     cols[5].metric("support |S|", token["support_size"])
 
 
+def _support_chart(run: RunRef, row: dict, key: dict, token: dict, updates: pl.DataFrame,
+                   tok: Any) -> None:
+    """Per support token when the run has the per-support lists, else k / rest of S / tail."""
+    masks = [row["ratio_mask"], row["predictive_mask"], "none"]
+    dist = data(run, dapi.support_distribution, **key, update_masks=masks)
+    if dist.height:
+        ids = dist.filter(pl.col("token_id").is_not_null())
+        text = dict(zip(ids["slot"].to_list(), token_texts(tok.tokenizer,
+                                                           ids["token_id"].to_list())))
+        dist = dist.with_columns(label=pl.col("slot").replace_strict(
+            {s: f"{s}: {t!r}" + (" (k)" if s == 0 else "") for s, t in text.items()},
+            default="tail (outside S)"))
+        st.altair_chart(charts.support_atoms_chart(dist))
+        return
+    shown = updates.filter(pl.col("update_mask").is_in(masks))
+    st.altair_chart(charts.support_chart(dapi.support_masses(token, shown)))
+    st.caption(LIMITATION)
+
+
 def _detail(run: RunRef, row: dict, tok: Any) -> None:
     key = {"seed": row["seed"], "sample_id": row["sample_id"], "pos": row["pos"]}
     st.subheader(f"Token detail: {row['sample_id']} · pos {row['pos']} · seed {row['seed']}")
@@ -128,10 +147,7 @@ def _detail(run: RunRef, row: dict, tok: Any) -> None:
     with left:
         st.markdown("**µ vs π_pre vs π_post on the support** (π_post under the pair's "
                     "masks and `none`)")
-        shown = updates.filter(pl.col("update_mask").is_in(
-            [row["ratio_mask"], row["predictive_mask"], "none"]))
-        st.altair_chart(charts.support_chart(dapi.support_masses(token, shown)))
-        st.caption(LIMITATION)
+        _support_chart(run, row, key, token, updates, tok)
     with right:
         st.markdown("**Terms of Ḋ** (signed = × sign(Â); > 0 predicts moving away)")
         st.dataframe(dapi.slope_terms(token), hide_index=True, key="dis_terms")

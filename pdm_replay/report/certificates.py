@@ -1,0 +1,36 @@
+"""Sign certificates in the report: which direction decisions the log alone settles.
+
+From the logged support, the full-vocabulary Ḋ_kl lies in ``[dkl_lo, dkl_hi]``
+(:mod:`pdm_replay.math.certificates`). A token is ``away`` or ``toward`` when sign(Â)·Ḋ
+has one sign over the whole interval (no unseen tail could change the prediction) and
+``uncertain`` otherwise. The summary also says how often the aggregated / uniform
+estimates (and, with a behaviour checkpoint, the exact value) fall inside the interval.
+
+Examples
+--------
+>>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.report.db import connect
+>>> with connect(example_run()) as db:
+...     cert = certificate_summary(db)
+>>> cert.columns[:5]
+['scope', 'n_tokens', 'n_away', 'n_toward', 'n_uncertain']
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pdm_replay.report.db import ReportDB, named_queries
+
+QUERIES = "queries_certificates.sql"
+SHARE_COLUMNS = frozenset({"uncertain_share", "agg_inside_share", "uniform_inside_share",
+                           "exact_inside_share"})
+
+
+def certificate_summary(db: ReportDB, *, tol: float = 1e-6) -> pl.DataFrame:
+    """One row per scope (``out_of_region``, ``disagreement_agg``,
+    ``disagreement_uniform``): n_tokens, n_away, n_toward, n_uncertain, uncertain_share,
+    and the share of tokens whose agg / uniform / exact slope lies in [dkl_lo, dkl_hi]
+    (exact within ``tol``; null without ``dkl_exact``). Empty for runs written before
+    certificates existed."""
+    return db.query(named_queries(QUERIES)["certificate_summary"], {"tol": tol})
