@@ -8,7 +8,7 @@ Examples
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> _ = produce_report(ReportConfig(source=example_run(), format="json", out=out))
 >>> sorted(json.loads(out.read_text()))[:3]
-['attribution', 'confidence', 'estimator_accuracy']
+['attribution', 'certificates', 'confidence']
 >>> text = run_sql(SqlConfig(source=example_run(), query="SELECT $x AS x",
 ...                          params=(("x", "'; DROP TABLE tokens; --"),), format="csv"))
 >>> text.splitlines()
