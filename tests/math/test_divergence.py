@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -14,48 +13,13 @@ from torch import Tensor
 from pdm_replay.math import divergence as dv
 from pdm_replay.math.support import ReducedPair, build_support, reduce_pair
 
-F64 = torch.float64
-# Logits in [-6, 6] over <= 40 tokens keep every probability >= e^-12/40 ≈ 1.5e-7, far
-# above the 1e-12 floor, so the floors never bend the inequalities checked here.
-LOGIT = st.floats(-6.0, 6.0, allow_nan=False, allow_infinity=False)
+from math_strategies import F64, Batch, batches  # noqa: E402
+
 
 
 def lg(*rows: tuple[float, ...]) -> Tensor:
     """Log of a batch of probability rows, ``(N, len(row))`` float64."""
     return torch.log(torch.tensor(rows, dtype=F64))
-
-
-@dataclass(frozen=True)
-class Batch:
-    """N tokens over one vocabulary of n: full µ, π log-probs and padded top-K ids."""
-
-    n: int
-    k: Tensor  # (N,)
-    topk: Tensor  # (N, W), -1 padded
-    lmu: Tensor  # (N, n)
-    lpi: Tensor  # (N, n)
-
-    def pair(self) -> ReducedPair:
-        s = build_support(self.k, self.topk)
-        ids = s.ids.clamp(min=0)
-        return reduce_pair(s, self.lmu.gather(1, ids), self.lpi.gather(1, ids))
-
-
-@st.composite
-def batches(draw: st.DrawFn, full: bool = False) -> Batch:
-    """Random logits (vocab 3..40), k and K (0..n, or K = n when ``full``), 1..4 tokens."""
-    n, rows = draw(st.integers(3, 40)), draw(st.integers(1, 4))
-    z, ks, tops = [], [], []
-    for _ in range(rows):
-        z.append(draw(st.lists(LOGIT, min_size=2 * n, max_size=2 * n)))
-        ks.append(draw(st.integers(0, n - 1)))
-        order = draw(st.permutations(range(n)))
-        tops.append(list(order[: n if full else draw(st.integers(0, n))]))
-    width = max(len(t) for t in tops)
-    topk = torch.tensor([t + [-1] * (width - len(t)) for t in tops], dtype=torch.long)
-    zz = torch.tensor(z, dtype=F64).reshape(rows, 2, n)
-    return Batch(n, torch.tensor(ks), topk.reshape(rows, width),
-                 torch.log_softmax(zz[:, 0], -1), torch.log_softmax(zz[:, 1], -1))
 
 
 PROPS = settings(max_examples=50, deadline=None)
