@@ -115,10 +115,6 @@ class RaggedIndex:
         return out.reshape(n, self.width)
 
 
-def _list_values(lists: pa.Array) -> np.ndarray:
-    return pc.list_flatten(lists).to_numpy(zero_copy_only=False)
-
-
 def pad_ragged(lists: pa.Array | pa.ChunkedArray, fill: float | int, dtype: np.dtype,
                width: int | None = None, index: RaggedIndex | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +127,7 @@ def pad_ragged(lists: pa.Array | pa.ChunkedArray, fill: float | int, dtype: np.d
         lists = lists.combine_chunks()
     if index is None or not _same_offsets(lists, index):
         index = RaggedIndex.of(lists, width)
-    return index.pad(_list_values(lists), fill, dtype), index.lengths
+    return index.pad(flat_values(lists, dtype), fill, dtype), index.lengths
 
 
 def _same_offsets(lists: pa.Array, index: RaggedIndex) -> bool:
@@ -192,7 +188,7 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
 
     inner = pc.list_flatten(batch.column("topk_ids"))
     index = RaggedIndex.of(inner)
-    topk_ids = index.pad(_list_values(inner), PAD_ID, np.int64)
+    topk_ids = index.pad(flat_values(inner, np.int64), PAD_ID, np.int64)
     pad = topk_ids == PAD_ID
     topk_lp, _ = pad_ragged(pc.list_flatten(batch.column("topk_logprobs")), -np.inf,
                             np.float64, width=index.width, index=index)
