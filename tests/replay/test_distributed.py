@@ -215,17 +215,22 @@ def read_parts(run: Path, kind: str) -> pl.DataFrame:
 
 
 def assert_same_results(a: Path, b: Path) -> None:
-    """Same rows, equal non-float columns, float columns within ``ATOL`` (NaN alike)."""
+    """Same rows, equal non-float columns, float columns (and lists of floats, such as
+    ``support_logp_post``) within ``ATOL``, NaN alike."""
     for kind in ("tokens", "updates"):
         x, y = read_parts(a, kind), read_parts(b, kind)
         assert x.columns == y.columns and x.height == y.height > 0, kind
         for c in x.columns:
-            if x[c].dtype.is_float():
-                u, v = x[c].fill_null(np.nan).to_numpy(), y[c].fill_null(np.nan).to_numpy()
+            u, v = x[c], y[c]
+            if isinstance(u.dtype, pl.List) and u.dtype.inner.is_float():
+                assert u.list.len().equals(v.list.len()), (kind, c)  # same ragged shape
+                u, v = u.explode(), v.explode()
+            if u.dtype.is_float():
+                u, v = u.fill_null(np.nan).to_numpy(), v.fill_null(np.nan).to_numpy()
                 assert np.array_equal(np.isnan(u), np.isnan(v)), (kind, c)
                 assert np.allclose(u, v, atol=ATOL, rtol=0, equal_nan=True), (kind, c)
             else:
-                assert x[c].equals(y[c]), (kind, c)
+                assert u.equals(v), (kind, c)
 
 
 def one_process(log: Path, ckpt: Path, out: Path, args: list[str]) -> Path:
