@@ -25,14 +25,15 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
+from pdm_replay.io.background import BackgroundSink, prefetch
 from pdm_replay.io.reader import FlatTokens, available_columns, iter_record_batches, read_meta
-from pdm_replay.masks import MASKS, Thresholds, build_masks, resolve_names
-from pdm_replay.schema import PER_TOKEN_COLUMNS, tokens_schema
+from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
+from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
-TOKEN_CHUNK = 1 << 16  # tokens per metrics pass: ~11 MB per (N, K+1) float64 temporary
+TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) stays in L2
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 
@@ -97,6 +98,8 @@ def _check_train_columns(log: Path) -> None:
 
 def _check_batch_has_train(batch: pa.RecordBatch, file: Path, first: int) -> None:
     for name in TRAIN_COLUMNS:
+        if batch.column(name).null_count == 0:
+            continue
         nulls = batch.column(name).is_null().to_numpy(zero_copy_only=False)
         if nulls.any():
             i = int(np.flatnonzero(nulls)[0])
@@ -109,7 +112,7 @@ def _checked(batch: pa.RecordBatch, file: Path, first: int, vocab: int,
              seen: set[str]) -> FlatTokens | None:
     """Flatten ``batch`` after the ``validate`` checks; the first problem raises."""
     report = ValidationReport(str(file), max_errors=1)
-    flat = check_batch(batch, str(file), first, vocab, report, seen)
+    flat = check_batch(batch, str(file), first, vocab, report, seen, summarise=False)
     if not report.ok:
         raise ValueError(f"{report.errors[0]}; run `pdm-replay validate` for every problem")
     return flat
@@ -133,11 +136,28 @@ def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: Mas
     summary.mass_overflow += int(cols["mass_overflow"].sum())
 
 
+def _validated_batches(cfg: MasksConfig, vocab: int) -> Iterator[tuple[int, FlatTokens | None]]:
+    """``(rows, flattened tokens)`` of every record batch after the ``validate`` checks."""
+    seen: set[str] = set()
+    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows):
+        _check_batch_has_train(batch, file, first)
+        yield batch.num_rows, _checked(batch, file, first, vocab, seen)
+
+
+def _tokens_of(flat: FlatTokens, vocab: int, meta: RolloutMeta, masks: dict[str, Mask]
+               ) -> pa.Table:
+    """tokens/v1 rows of one batch, computed ``TOKEN_CHUNK`` tokens at a time."""
+    parts = [flat.select(slice(s, s + TOKEN_CHUNK)) for s in range(0, len(flat), TOKEN_CHUNK)]
+    return pa.concat_tables([token_table(p, log_stats(p, vocab, meta), masks) for p in parts])
+
+
 def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None
               ) -> MasksSummary:
     """Stream the log, write tokens/v1 to ``cfg.out`` atomically, return the summary.
 
-    ``on_progress(rows_done, tokens_done)`` is called after each record batch.
+    Reading and validating run one batch ahead on a thread, writing one batch behind on
+    another (:mod:`pdm_replay.io.background`). ``on_progress(rows_done, tokens_done)`` is
+    called after each record batch.
     """
     names = resolve_names(cfg.masks)
     meta = read_meta(cfg.log)
@@ -149,20 +169,15 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
         "vocab_size": str(vocab), "source_log": str(cfg.log)})
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
     keeps.update({n: 0 for n in names})
-    rows, seen = 0, set()
-    with torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer:
-        for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS,
-                                                         cfg.batch_rows):
-            _check_batch_has_train(batch, file, first)
-            flat = _checked(batch, file, first, vocab, seen)
-            if flat is None:
-                continue
-            for start in range(0, len(flat), TOKEN_CHUNK):  # bounds the torch temporaries
-                part = flat.select(slice(start, start + TOKEN_CHUNK))
-                table = token_table(part, log_stats(part, vocab, meta), masks)
-                writer.write(table)
+    rows = 0
+    with (torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer,
+          BackgroundSink(writer.write) as sink):
+        for n_rows, flat in prefetch(_validated_batches(cfg, vocab)):
+            if flat is not None:
+                table = _tokens_of(flat, vocab, meta, masks)
+                sink.put(table)
                 _accumulate(summary, table, keeps, cfg, pairs)
-            rows += batch.num_rows
+            rows += n_rows
             if on_progress:
                 on_progress(rows, summary.tokens)
     summary.keep_fraction = {n: keeps[n] / max(summary.tokens, 1) for n in names}

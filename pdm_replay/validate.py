@@ -143,49 +143,103 @@ def _inner_lengths(batch: pa.RecordBatch, name: str) -> np.ndarray:
     return pc.fill_null(pc.list_value_length(flat), 0).to_numpy(zero_copy_only=False)
 
 
+def _rows(bad: np.ndarray) -> np.ndarray | None:
+    """``(N,)`` rows with a bad slot of ``bad`` ``(N,)`` or ``(N, K)``; None when clean.
+
+    A whole-array ``any`` first: clean batches (the common case) never pay for the slow
+    short-axis reduction.
+    """
+    if not bad.any():
+        return None
+    return bad.any(1) if bad.ndim == 2 else bad
+
+
+def _union(*masks: np.ndarray | None) -> np.ndarray | None:
+    """Element-wise OR of the masks that are not None; None if all are."""
+    present = [m for m in masks if m is not None]
+    return np.logical_or.reduce(present) if present else None
+
+
+def _behavior_mismatch(flat: FlatTokens) -> np.ndarray | None:
+    """Tokens whose ``behavior_logprobs`` differs from the top-K entry of k, ``(N,)``."""
+    r, c = np.nonzero(flat.topk_ids == flat.token_id[:, None])
+    keep = flat.token_id[r] >= 0  # a negative k would "match" padding; its range check reports it
+    r, c = r[keep], c[keep]
+    gap = np.abs(flat.topk_logprobs[r, c] - flat.logp_behavior[r])
+    bad = r[gap > MATCH_ATOL * (1.0 + np.abs(flat.logp_behavior[r]))]
+    if not len(bad):
+        return None
+    out = np.zeros(len(flat), dtype=bool)
+    out[bad] = True
+    return out
+
+
+def _bad_logprobs(scalar: np.ndarray, topk: np.ndarray | None, pad: np.ndarray
+                  ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(non-finite, positive)`` rows of log-probs ``(N,)`` and top-K ``(N, K)``; None: none."""
+    nonfinite = _rows(~np.isfinite(scalar))
+    positive = _rows(scalar > LOGPROB_TOLERANCE)
+    if topk is not None:
+        nonfinite = _union(nonfinite, _rows(~(np.isfinite(topk) | pad)))
+        positive = _union(positive, _rows(topk > LOGPROB_TOLERANCE))  # padding is -inf
+    return nonfinite, positive
+
+
 def _token_checks(batch: pa.RecordBatch, flat: FlatTokens, vocab: int
-                  ) -> dict[str, tuple[np.ndarray, str]]:
-    """Per-token error masks ``(N,)`` with a message, for one batch of length-clean rows."""
-    ids, lp = flat.topk_ids, flat.topk_logprobs
+                  ) -> dict[str, tuple[np.ndarray | None, str]]:
+    """Per-token error masks ``(N,)`` (None: none) with a message, for length-clean rows.
+
+    Padding slots hold ``PAD_ID`` and a ``-inf`` log-prob (:func:`flatten_batch`), so the
+    log-prob checks only mask padding where ``-inf`` itself is the problem.
+    """
+    ids = flat.topk_ids
     pad = ids == PAD_ID
-    real_lp = np.where(pad, 0.0, lp)
+    nonfinite, positive = _bad_logprobs(flat.logp_behavior, flat.topk_logprobs, pad)
     checks = {
-        "topk-length": (_inner_lengths(batch, "topk_ids") != _inner_lengths(batch, "topk_logprobs"),
+        "topk-length": (_rows(_inner_lengths(batch, "topk_ids")
+                              != _inner_lengths(batch, "topk_logprobs")),
                         "topk_ids and topk_logprobs rows differ in length"),
-        "token-id-range": ((flat.token_id < 0) | (flat.token_id >= vocab),
+        "token-id-range": (_rows((flat.token_id < 0) | (flat.token_id >= vocab)),
                            f"response token id outside [0, {vocab})"),
-        "topk-id-range": (((ids < 0) & ~pad).any(1) | (ids >= vocab).any(1),
+        "topk-id-range": (_rows((ids < PAD_ID) | (ids >= vocab)),
                           f"top-K id outside [0, {vocab})"),
-        "non-finite": (~np.isfinite(flat.advantage) | ~np.isfinite(flat.logp_behavior)
-                       | ~np.isfinite(real_lp).all(1), "NaN or inf in advantages/log-probs"),
-        "positive-logprob": ((flat.logp_behavior > LOGPROB_TOLERANCE)
-                             | (real_lp > LOGPROB_TOLERANCE).any(1),
-                             f"log-prob above 0 (+{LOGPROB_TOLERANCE:g})"),
-        "duplicate-topk-id": (_has_duplicates(ids), "duplicate id in a top-K row"),
+        "non-finite": (_union(nonfinite, _rows(~np.isfinite(flat.advantage))),
+                       "NaN or inf in advantages/log-probs"),
+        "positive-logprob": (positive, f"log-prob above 0 (+{LOGPROB_TOLERANCE:g})"),
+        "duplicate-topk-id": (_rows(_has_duplicates(ids)), "duplicate id in a top-K row"),
+        "behavior-mismatch": (_behavior_mismatch(flat), "behavior_logprobs differs from "
+                              "the top-K entry of the sampled token"),
     }
-    hit = (ids == flat.token_id[:, None]) & ~pad
-    gap = np.abs(np.where(hit, lp, -np.inf).max(1, initial=-np.inf) - flat.logp_behavior)
-    tol = MATCH_ATOL * (1.0 + np.abs(flat.logp_behavior))
-    checks["behavior-mismatch"] = (hit.any(1) & (gap > tol), "behavior_logprobs differs from "
-                                   "the top-K entry of the sampled token")
     if flat.train_logprobs is not None:
-        tr = np.concatenate([flat.train_logprobs[:, None],
-                             np.where(pad, 0.0, flat.train_topk_logprobs)
-                             if flat.train_topk_logprobs is not None else
-                             np.zeros((len(flat), 0))], 1)
-        checks["train-logprob"] = (~np.isfinite(tr).all(1) | (tr > LOGPROB_TOLERANCE).any(1),
+        checks["train-logprob"] = (_union(*_bad_logprobs(flat.train_logprobs,
+                                                         flat.train_topk_logprobs, pad)),
                                    "train log-prob NaN/inf or above 0")
     return checks
 
 
 def _has_duplicates(ids: np.ndarray) -> np.ndarray:
     srt = np.sort(ids, axis=1)
-    return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] != PAD_ID)).any(1)
+    return (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] != PAD_ID)
+
+
+def _summarise(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens) -> None:
+    """K histogram, top-K mass coverage and steps of one batch."""
+    report.steps.update(batch.column("step").to_numpy(zero_copy_only=False).tolist())
+    counts = np.bincount((flat.topk_ids != PAD_ID).sum(1))
+    report.k_hist.update({k: int(c) for k, c in enumerate(counts) if c})
+    mass = np.exp(flat.topk_logprobs).sum(1)  # padding slots hold -inf: exp gives 0
+    report.masses.append(mass.astype(np.float32))
+    report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
 
 
 def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
-                report: ValidationReport, seen: set[str]) -> FlatTokens | None:
-    """Check one record batch into ``report``; returns the flattened length-clean rows."""
+                report: ValidationReport, seen: set[str], *, summarise: bool = True
+                ) -> FlatTokens | None:
+    """Check one record batch into ``report``; returns the flattened length-clean rows.
+
+    ``summarise=False`` skips the statistics only ``validate`` prints (K histogram, top-K
+    mass coverage, steps): callers that just need the errors save a pass over the batch.
+    """
     report.samples += batch.num_rows
     sids = batch.column("sample_id").to_pylist()
     for i, sid in enumerate(sids):
@@ -195,19 +249,17 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
                                f"(row {first_row + i}); sample_id must be unique per row"))
         seen.add(sid)
     good = _row_lengths(batch, file, first_row, report)
-    batch = batch.filter(pa.array(good))
+    if not good.all():  # filtering copies every nested column: only when needed
+        batch = batch.filter(pa.array(good))
     if batch.num_rows == 0:
         return None
     flat = flatten_batch(batch)
     report.tokens += len(flat)
-    report.steps.update(batch.column("step").to_numpy(zero_copy_only=False).tolist())
-    lengths = (flat.topk_ids != PAD_ID).sum(1)
-    values, counts = np.unique(lengths, return_counts=True)
-    report.k_hist.update(dict(zip(values.tolist(), counts.tolist())))
-    mass = np.exp(np.where(flat.topk_ids == PAD_ID, -np.inf, flat.topk_logprobs)).sum(1)
-    report.masses.append(mass.astype(np.float32))
-    report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
+    if summarise:
+        _summarise(report, batch, flat)
     for kind, (bad, msg) in _token_checks(batch, flat, vocab).items():
+        if bad is None:
+            continue
         idx = np.flatnonzero(bad)
         room = max(report.max_errors - len(report.errors), 0)
         for i in idx[:room]:

@@ -43,6 +43,26 @@ def temp_path_for(target: Path) -> Path:
     return Path(name)
 
 
+def _leaf_paths(name: str, type_: pa.DataType) -> list[tuple[str, pa.DataType]]:
+    """Parquet column paths under one Arrow field, with their leaf types."""
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        return _leaf_paths(f"{name}.list.element", type_.value_type)
+    if pa.types.is_struct(type_):
+        return [leaf for f in type_ for leaf in _leaf_paths(f"{name}.{f.name}", f.type)]
+    return [(name, type_)]
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Parquet column paths worth dictionary-encoding: every leaf that is not a float.
+
+    Ids, steps and labels repeat; measured float columns (log-probs, divergences) almost
+    never do, and a dictionary attempt on them costs 2.5x the write time for a larger file
+    (benchmarks/README.md).
+    """
+    return [path for f in schema for path, leaf in _leaf_paths(f.name, f.type)
+            if not pa.types.is_floating(leaf)]
+
+
 def atomic_write_bytes(target: Path, data: bytes) -> None:
     tmp = temp_path_for(target)
     try:
@@ -65,7 +85,8 @@ class AtomicParquetWriter:
         self.schema = schema
         self.row_group_size = row_group_size
         self._tmp = temp_path_for(self.target)
-        self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression)
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression,
+                                        use_dictionary=dictionary_columns(schema))
         self.rows = 0
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:

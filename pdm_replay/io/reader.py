@@ -17,6 +17,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -88,7 +89,6 @@ class RaggedIndex:
 
     offsets: np.ndarray  # (N + 1,) int64, from 0
     lengths: np.ndarray  # (N,) int64
-    flat_pos: np.ndarray  # (total,) int64 positions in the raveled grid (-1: dropped)
     width: int
 
     @classmethod
@@ -96,23 +96,27 @@ class RaggedIndex:
         lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
         lengths = lengths.astype(np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        width = int(lengths.max(initial=0)) if width is None else width
-        n, total = len(lengths), int(offsets[-1])
-        if total == n * width:  # rectangular: the common case, no scatter needed
-            return cls(offsets, lengths, np.arange(total), width)
-        cols = np.arange(total) - np.repeat(offsets[:-1], lengths)
-        pos = np.repeat(np.arange(n) * width, lengths) + cols
-        return cls(offsets, lengths, np.where(cols < width, pos, -1), width)
+        return cls(offsets, lengths, int(lengths.max(initial=0)) if width is None else width)
+
+    @cached_property
+    def filled(self) -> np.ndarray:
+        """``(N, width)`` bool: the grid slots that receive a value."""
+        return np.arange(self.width) < self.lengths[:, None]
 
     def pad(self, values: np.ndarray, fill: float | int, dtype: np.dtype) -> np.ndarray:
         """Scatter the flat ``values`` into an ``(N, width)`` array filled with ``fill``."""
         n = len(self.lengths)
-        if len(self.flat_pos) == n * self.width:
+        if len(values) == n * self.width:  # rectangular: the common case, no scatter needed
             return values.astype(dtype, copy=False).reshape(n, self.width)
-        out = np.full(n * self.width, fill, dtype=dtype)
-        keep = self.flat_pos >= 0
-        out[self.flat_pos[keep]] = values[keep]
-        return out.reshape(n, self.width)
+        out = np.full((n, self.width), fill, dtype=dtype)
+        if self.lengths.max(initial=0) <= self.width:
+            # A boolean mask fills in row-major order, i.e. in the flat values' order, and
+            # costs a third of an integer-index scatter.
+            out[self.filled] = values
+            return out
+        cols = np.arange(len(values)) - np.repeat(self.offsets[:-1], self.lengths)
+        out[self.filled] = values[cols < self.width]  # rows longer than width: cut
+        return out
 
 
 def pad_ragged(lists: pa.Array | pa.ChunkedArray, fill: float | int, dtype: np.dtype,
@@ -171,6 +175,19 @@ class FlatTokens:
                              for k, v in self.__dict__.items()})
 
 
+def _topk_values(col: pa.Array, index: RaggedIndex, logged_pad: np.ndarray | None
+                 ) -> np.ndarray:
+    """A ``list<list<float>>`` top-K column padded like the ids ``(N, W)``, ``-inf`` at every
+    padding slot (ragged, or a logged ``PAD_ID``)."""
+    lists = pc.list_flatten(col)
+    if not _same_offsets(lists, index):  # misaligned with the ids: validate reports it
+        return pad_ragged(lists, -np.inf, np.float64, width=index.width)[0]
+    values = flat_values(lists, np.float64)
+    if logged_pad is not None:
+        values = np.where(logged_pad, -np.inf, values)
+    return index.pad(values, -np.inf, np.float64)
+
+
 def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
     """Flatten one record batch of rollout/v1 rows into :class:`FlatTokens`.
 
@@ -188,16 +205,13 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
 
     inner = pc.list_flatten(batch.column("topk_ids"))
     index = RaggedIndex.of(inner)
-    topk_ids = index.pad(flat_values(inner, np.int64), PAD_ID, np.int64)
-    pad = topk_ids == PAD_ID
-    topk_lp, _ = pad_ragged(pc.list_flatten(batch.column("topk_logprobs")), -np.inf,
-                            np.float64, width=index.width, index=index)
-    topk_lp = np.where(pad, -np.inf, topk_lp)
+    ids = flat_values(inner, np.int64)
+    logged_pad = ids == PAD_ID
+    logged_pad = logged_pad if logged_pad.any() else None
+    topk_lp = _topk_values(batch.column("topk_logprobs"), index, logged_pad)
     train_topk = None
     if "train_topk_logprobs" in names and batch.column("train_topk_logprobs").null_count == 0:
-        train_topk, _ = pad_ragged(pc.list_flatten(batch.column("train_topk_logprobs")),
-                                   -np.inf, np.float64, width=index.width, index=index)
-        train_topk = np.where(pad, -np.inf, train_topk)
+        train_topk = _topk_values(batch.column("train_topk_logprobs"), index, logged_pad)
     has_train = "train_logprobs" in names and batch.column("train_logprobs").null_count == 0
     loss_mask = np.ones(n, dtype=bool)
     if "loss_mask" in names and n:
@@ -212,7 +226,7 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
         token_id=per_token("response_ids", np.int64),
         advantage=per_token("advantages", np.float64),
         logp_behavior=per_token("behavior_logprobs", np.float64),
-        loss_mask=loss_mask, topk_ids=topk_ids, topk_logprobs=topk_lp,
+        loss_mask=loss_mask, topk_ids=index.pad(ids, PAD_ID, np.int64), topk_logprobs=topk_lp,
         train_logprobs=per_token("train_logprobs", np.float64) if has_train else None,
         train_topk_logprobs=train_topk)
 

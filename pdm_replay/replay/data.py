@@ -92,7 +92,7 @@ def seed_batch(index: LogIndex, batch_size: int, seed: int, vocab_size: int) -> 
     batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
     source = index.files[0].parent if len(index.files) > 1 else index.files[0]
     report = ValidationReport(str(source), max_errors=1)
-    flat = check_batch(batch, str(source), 0, vocab_size, report, set())
+    flat = check_batch(batch, str(source), 0, vocab_size, report, set(), summarise=False)
     if not report.ok or flat is None:
         problem = report.errors[0] if report.errors else "no usable rows"
         raise ValueError(f"seed {seed}: {problem}; run `pdm-replay validate` on the log")

@@ -3,7 +3,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pdm_replay.io.atomic import AtomicParquetWriter, write_table_atomic
+import pyarrow.parquet as pq
+
+from pdm_replay.io.atomic import AtomicParquetWriter, dictionary_columns, write_table_atomic
 
 
 def test_exception_leaves_nothing(tmp_path: Path) -> None:
@@ -30,3 +32,16 @@ def test_output_has_ordinary_permissions(tmp_path: Path) -> None:
     mask = os.umask(0o022)
     os.umask(mask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
+def test_dictionary_encoding_only_for_columns_that_are_not_floats(tmp_path: Path) -> None:
+    table = pa.table({"sample_id": ["a", "b"] * 50, "ids": [[1, 2], [3]] * 50,
+                      "logp": [[-0.5, -1.0], [-2.0]] * 50, "kl": [0.1, 0.2] * 50})
+    assert dictionary_columns(table.schema) == ["sample_id", "ids.list.element"]
+    meta = pq.ParquetFile(write_table_atomic(tmp_path / "t.parquet", table)).metadata
+    encodings = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).encodings
+                 for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["sample_id"]
+    assert "RLE_DICTIONARY" in encodings["ids.list.element"]
+    assert "RLE_DICTIONARY" not in encodings["logp.list.element"]
+    assert "RLE_DICTIONARY" not in encodings["kl"]

@@ -3,6 +3,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.io.reader import (flatten_batch, iter_flat_tokens, iter_record_batches,
@@ -67,3 +69,16 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no .parquet"):
         list_parquet_files(tmp_path / "empty")
+
+
+@given(st.lists(st.one_of(st.none(), st.lists(st.integers(0, 99), max_size=6)), max_size=12),
+       st.one_of(st.none(), st.integers(0, 7)))
+@settings(max_examples=200, deadline=None)
+def test_pad_ragged_matches_a_row_by_row_reference(rows: list, width: int | None) -> None:
+    """Rectangular, ragged, null and cut rows all land where a plain loop puts them."""
+    arr = pa.array(rows, type=pa.list_(pa.int64()))
+    out, lengths = pad_ragged(arr, -1, np.int64, width=width)
+    w = max((len(r) for r in rows if r), default=0) if width is None else width
+    expect = [((r or []) + [-1] * w)[:w] for r in rows]
+    assert out.shape == (len(rows), w) and out.tolist() == expect
+    assert lengths.tolist() == [len(r or []) for r in rows]
