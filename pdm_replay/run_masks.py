@@ -14,9 +14,11 @@ Examples
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -25,12 +27,12 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.background import BackgroundSink, prefetch
-from pdm_replay.io.reader import FlatTokens, available_columns, iter_record_batches, read_meta
+from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
+from pdm_replay.io.reader import available_columns, iter_record_batches, read_meta
 from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
-from pdm_replay.validate import ValidationReport, check_batch
+from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) stays in L2
@@ -47,7 +49,8 @@ class MasksConfig:
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
-    threads: int = 1  # torch intra-op threads; pyarrow decodes and encodes on its own pool
+    workers: int | None = None  # batches validated and computed in parallel; None = CPU count
+    threads: int = 1  # torch intra-op threads per worker
 
 
 @dataclass
@@ -66,8 +69,8 @@ class MasksSummary:
 def torch_threads(n: int) -> Iterator[None]:
     """Run the block with ``n`` torch intra-op threads, then restore the previous count.
 
-    The metrics are elementwise passes over ~65k-token chunks: extra threads gain little
-    and, beside pyarrow's own threads, oversubscribe small machines badly.
+    The metrics are elementwise passes over L2-sized chunks, already run by parallel
+    workers: extra intra-op threads gain little and oversubscribe small machines badly.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -108,14 +111,35 @@ def _check_batch_has_train(batch: pa.RecordBatch, file: Path, first: int) -> Non
                              "every row needs train log-probs in log-only mode")
 
 
-def _checked(batch: pa.RecordBatch, file: Path, first: int, vocab: int,
-             seen: set[str]) -> FlatTokens | None:
-    """Flatten ``batch`` after the ``validate`` checks; the first problem raises."""
-    report = ValidationReport(str(file), max_errors=1)
-    flat = check_batch(batch, str(file), first, vocab, report, seen, summarise=False)
+def _raise_first(report: ValidationReport) -> None:
     if not report.ok:
         raise ValueError(f"{report.errors[0]}; run `pdm-replay validate` for every problem")
-    return flat
+
+
+def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
+    """The log's record batches, in order, after the checks that span batches."""
+    seen: set[str] = set()
+    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows):
+        _check_batch_has_train(batch, file, first)
+        report = ValidationReport(str(file), max_errors=1)
+        check_sample_ids(batch, str(file), first, report, seen)
+        _raise_first(report)
+        yield file, first, batch
+
+
+def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: RolloutMeta,
+                  masks: dict[str, Mask]) -> tuple[int, pa.Table | None]:
+    """``(rows, tokens/v1 rows)`` of one batch after the ``validate`` checks, computed
+    ``TOKEN_CHUNK`` tokens at a time; the batch's first problem raises."""
+    file, first, batch = item
+    report = ValidationReport(str(file), max_errors=1)
+    flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False)
+    _raise_first(report)
+    if flat is None:
+        return batch.num_rows, None
+    parts = [flat.select(slice(s, s + TOKEN_CHUNK)) for s in range(0, len(flat), TOKEN_CHUNK)]
+    tables = [token_table(p, log_stats(p, vocab, meta), masks) for p in parts]
+    return batch.num_rows, pa.concat_tables(tables)
 
 
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
@@ -136,28 +160,13 @@ def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: Mas
     summary.mass_overflow += int(cols["mass_overflow"].sum())
 
 
-def _validated_batches(cfg: MasksConfig, vocab: int) -> Iterator[tuple[int, FlatTokens | None]]:
-    """``(rows, flattened tokens)`` of every record batch after the ``validate`` checks."""
-    seen: set[str] = set()
-    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows):
-        _check_batch_has_train(batch, file, first)
-        yield batch.num_rows, _checked(batch, file, first, vocab, seen)
-
-
-def _tokens_of(flat: FlatTokens, vocab: int, meta: RolloutMeta, masks: dict[str, Mask]
-               ) -> pa.Table:
-    """tokens/v1 rows of one batch, computed ``TOKEN_CHUNK`` tokens at a time."""
-    parts = [flat.select(slice(s, s + TOKEN_CHUNK)) for s in range(0, len(flat), TOKEN_CHUNK)]
-    return pa.concat_tables([token_table(p, log_stats(p, vocab, meta), masks) for p in parts])
-
-
 def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None
               ) -> MasksSummary:
     """Stream the log, write tokens/v1 to ``cfg.out`` atomically, return the summary.
 
-    Reading and validating run one batch ahead on a thread, writing one batch behind on
-    another (:mod:`pdm_replay.io.background`). ``on_progress(rows_done, tokens_done)`` is
-    called after each record batch.
+    One thread reads ahead, ``cfg.workers`` threads validate and compute batches, one
+    writes behind (:mod:`pdm_replay.io.background`); results keep the log's order.
+    ``on_progress(rows_done, tokens_done)`` is called after each record batch.
     """
     names = resolve_names(cfg.masks)
     meta = read_meta(cfg.log)
@@ -170,11 +179,12 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
     keeps.update({n: 0 for n in names})
     rows = 0
+    work = partial(_batch_tokens, vocab=vocab, meta=meta, masks=masks)
     with (torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer,
           BackgroundSink(writer.write) as sink):
-        for n_rows, flat in prefetch(_validated_batches(cfg, vocab)):
-            if flat is not None:
-                table = _tokens_of(flat, vocab, meta, masks)
+        for n_rows, table in ordered_map(work, prefetch(_record_batches(cfg)),
+                                         workers=cfg.workers or os.cpu_count() or 1):
+            if table is not None:
                 sink.put(table)
                 _accumulate(summary, table, keeps, cfg, pairs)
             rows += n_rows

@@ -232,6 +232,17 @@ def _summarise(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens
     report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
 
 
+def check_sample_ids(batch: pa.RecordBatch, file: str, first_row: int,
+                     report: ValidationReport, seen: set[str]) -> None:
+    """Report missing ``sample_id`` values and ids already in ``seen`` (which is updated)."""
+    for i, sid in enumerate(batch.column("sample_id").to_pylist()):
+        if sid is None or sid in seen:
+            report.add(Problem(file, sid, None, "sample-id",
+                               f"sample_id {'missing' if sid is None else 'repeated'} "
+                               f"(row {first_row + i}); sample_id must be unique per row"))
+        seen.add(sid)
+
+
 def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
                 report: ValidationReport, seen: set[str], *, summarise: bool = True
                 ) -> FlatTokens | None:
@@ -241,13 +252,7 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
     mass coverage, steps): callers that just need the errors save a pass over the batch.
     """
     report.samples += batch.num_rows
-    sids = batch.column("sample_id").to_pylist()
-    for i, sid in enumerate(sids):
-        if sid is None or sid in seen:
-            report.add(Problem(file, sid, None, "sample-id",
-                               f"sample_id {'missing' if sid is None else 'repeated'} "
-                               f"(row {first_row + i}); sample_id must be unique per row"))
-        seen.add(sid)
+    check_sample_ids(batch, file, first_row, report, seen)
     good = _row_lengths(batch, file, first_row, report)
     if not good.all():  # filtering copies every nested column: only when needed
         batch = batch.filter(pa.array(good))

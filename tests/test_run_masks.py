@@ -51,3 +51,28 @@ def test_missing_train_columns_named(tmp_path: Path, small_log: Path) -> None:
 def test_unknown_mask_rejected(tmp_path: Path, small_log: Path) -> None:
     with pytest.raises(ValueError, match="unknown mask"):
         run_masks(MasksConfig(log=small_log, out=tmp_path / "o.parquet", masks=["nope"]))
+
+
+def test_parallel_workers_write_the_same_bytes_in_log_order(tmp_path: Path,
+                                                            small_log: Path) -> None:
+    one = tmp_path / "one.parquet"
+    run_masks(MasksConfig(log=small_log, out=one, batch_rows=1, workers=1))
+    many = tmp_path / "many.parquet"
+    run_masks(MasksConfig(log=small_log, out=many, batch_rows=1, workers=3))
+    a, b = pl.read_parquet(one), pl.read_parquet(many)
+    assert a.equals(b) and a.height == 48
+    assert a["sample_id"].to_list() == sorted(a["sample_id"].to_list(), key=a["sample_id"]
+                                              .unique(maintain_order=True).to_list().index)
+
+
+def test_parallel_workers_report_the_first_problem_in_log_order(
+        tmp_path: Path, small_log: Path, small_rows: list[dict]) -> None:
+    from pdm_replay.io.reader import read_meta
+    from pdm_replay.io.rollouts import write_rollouts
+    small_rows[2]["topk_logprobs"][1][0] = 0.5  # positive log-prob in sample 2, pos 1
+    small_rows[6]["response_ids"][0] = 10_000  # out of vocab in sample 6
+    log = write_rollouts(tmp_path / "bad.parquet", small_rows, read_meta(small_log))
+    out = tmp_path / "t.parquet"
+    with pytest.raises(ValueError, match=f"sample '{small_rows[2]['sample_id']}' pos 1"):
+        run_masks(MasksConfig(log=log, out=out, batch_rows=1, workers=4))
+    assert not list(tmp_path.glob("t.parquet*")) and not list(tmp_path.glob(".t.parquet*"))

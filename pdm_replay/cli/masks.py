@@ -63,7 +63,12 @@ def masks(
                                              "(default: the log's footer)."),
     batch_rows: int = typer.Option(512, "--batch-rows", min=1,
                                    help="Samples per record batch (bounds memory)."),
-    threads: int = typer.Option(1, "--threads", min=1, help="torch intra-op threads."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+                                          help="Record batches validated and computed in "
+                                          "parallel (default: the CPU count). Memory grows "
+                                          "by about one batch per worker."),
+    threads: int = typer.Option(1, "--threads", min=1,
+                                help="torch intra-op threads per worker."),
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
@@ -71,7 +76,8 @@ def masks(
     """
     cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
                       thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
-                      vocab_size=vocab_size, batch_rows=batch_rows, threads=threads)
+                      vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
+                      threads=threads)
     try:
         total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
         start = time.perf_counter()

@@ -1,9 +1,10 @@
-"""Overlap reading and writing with compute: a prefetching iterator and a background sink.
+"""Overlap reading, compute and writing on threads: a prefetching iterator, an ordered
+parallel map and a background sink.
 
-Parquet decoding, Arrow encoding, numpy and torch kernels release the GIL, so one thread
-reading ahead and one writing behind keep both cores of a small machine busy. Queues are
-bounded (``depth`` items), so memory stays bounded; an exception in either thread is
-re-raised in the caller, and leaving early stops the threads.
+Parquet decoding, Arrow encoding, numpy and torch kernels release the GIL, so threads keep
+every core busy. Everything in flight is bounded (``depth`` items), so memory stays
+bounded; an exception in any thread is re-raised in the caller at its place in the
+order, and leaving early stops the threads.
 
 Examples
 --------
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 _DONE = object()
 _POLL_S = 0.05  # how often a blocked thread checks whether the other side has stopped
 
@@ -69,6 +73,42 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
     finally:
         stop.set()
         thread.join()
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
+                depth: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` on ``workers`` threads, results in input order, at most ``depth``
+    (default ``workers + 1``) items in flight. A failure of ``fn`` or of ``items`` is raised
+    after every result before it.
+
+    >>> list(ordered_map(lambda x: x * x, range(6), workers=3))
+    [0, 1, 4, 9, 16, 25]
+    """
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    depth = depth or workers + 1
+    source, pending = iter(items), deque()  # type: Iterator[T], deque[Future]
+    failure: BaseException | None = None
+    open_ = True  # False once ``items`` is exhausted or has failed
+    with ThreadPoolExecutor(workers, thread_name_prefix="pdm-replay-worker") as pool:
+        try:
+            while True:
+                while open_ and len(pending) < depth:
+                    try:
+                        pending.append(pool.submit(fn, next(source)))
+                    except StopIteration:
+                        open_ = False
+                    except BaseException as exc:  # noqa: BLE001 - raised after the results before it
+                        failure, open_ = exc, False
+                if not pending:
+                    break
+                yield pending.popleft().result()
+            if failure is not None:
+                raise failure
+        finally:
+            for future in pending:  # leaving early: drop what has not started
+                future.cancel()
 
 
 class BackgroundSink(Generic[T]):

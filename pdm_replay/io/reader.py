@@ -106,7 +106,7 @@ class RaggedIndex:
     def pad(self, values: np.ndarray, fill: float | int, dtype: np.dtype) -> np.ndarray:
         """Scatter the flat ``values`` into an ``(N, width)`` array filled with ``fill``."""
         n = len(self.lengths)
-        if len(values) == n * self.width:  # rectangular: the common case, no scatter needed
+        if (self.lengths == self.width).all():  # rectangular: the common case, no scatter
             return values.astype(dtype, copy=False).reshape(n, self.width)
         out = np.full((n, self.width), fill, dtype=dtype)
         if self.lengths.max(initial=0) <= self.width:
