@@ -30,7 +30,7 @@ from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
 from pdm_replay.schema import RolloutMeta, tokens_schema
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
-CERT_NAMES = np.array([CERT_LABELS[c] for c in (-1, 0, 1)], dtype=object)  # code + 1 -> label
+CERT_NAMES = pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())  # code + 1 -> label
 
 
 def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
@@ -71,6 +71,22 @@ def support_list(values: np.ndarray, valid: np.ndarray, type_: pa.DataType) -> p
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[valid], type=type_))
 
 
+def runs_to_arrow(values: np.ndarray, run_key: np.ndarray) -> pa.Array:
+    """Arrow strings of ``values`` ``(N,)`` (object), constant along runs of equal
+    ``run_key`` ``(N,)``: converted once per run, since per-element conversion of Python
+    strings cost as much as all the masks.
+
+    >>> runs_to_arrow(np.array(["a", "a", "b"], dtype=object), np.array([0, 0, 1])).to_pylist()
+    ['a', 'a', 'b']
+    """
+    if not len(values):
+        return pa.array([], type=pa.string())
+    starts = np.empty(len(run_key), dtype=bool)
+    starts[0] = True
+    np.not_equal(run_key[1:], run_key[:-1], out=starts[1:])
+    return pa.array(values[starts], type=pa.string()).take(pa.array(np.cumsum(starts) - 1))
+
+
 def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], *,
                 extra: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
                 lists: Mapping[str, pa.Array] | None = None) -> pa.Table:
@@ -82,18 +98,21 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     """
     keep = apply_masks(dict(masks), stats)
     sel = flat.loss_mask
-    cols: dict[str, np.ndarray] = {"sample_id": flat.sample_id[sel], "step": flat.step[sel],
-                                   "pos": flat.pos[sel], "token_id": flat.token_id[sel]}
-    cols.update({k: v.numpy()[sel] for k, v in stats.as_dict().items()})
-    cols["direction_certified"] = CERT_NAMES[cols["direction_certified"] + 1]
-    cols.update({k: v[sel] for k, v in (extra or {}).items()})
-    cols.update({f"keep_{k}": v.numpy()[sel] for k, v in keep.items()})
+    pick = (lambda v: v) if sel.all() else (lambda v: v[sel])  # noqa: E731; usually all
+    cols: dict[str, np.ndarray] = {"step": pick(flat.step), "pos": pick(flat.pos),
+                                   "token_id": pick(flat.token_id)}
+    cols.update({k: pick(v.numpy()) for k, v in stats.as_dict().items()})
+    cols.update({k: pick(v) for k, v in (extra or {}).items()})
+    cols.update({f"keep_{k}": pick(v.numpy()) for k, v in keep.items()})
+    n = len(cols["pos"])
     if seed is not None:
-        cols["seed"] = np.full(int(sel.sum()), seed, dtype=np.int64)
+        cols["seed"] = np.full(n, seed, dtype=np.int64)
     schema = tokens_schema(masks, replay=seed is not None,
                            exact=bool(extra and "kl_exact" in extra))
-    n, sel_arr = int(sel.sum()), pa.array(sel)
+    sel_arr = pa.array(sel)
     arrays = {k: v.filter(sel_arr).cast(schema.field(k).type) for k, v in (lists or {}).items()}
+    arrays["sample_id"] = runs_to_arrow(pick(flat.sample_id), pick(flat.row))
+    arrays["direction_certified"] = CERT_NAMES.take(pa.array(cols["direction_certified"] + 1))
     arrays.update({f.name: pa.nulls(n, f.type) for f in schema
                    if f.name not in cols and f.name not in arrays and f.nullable})
     return pa.table({f.name: arrays[f.name] if f.name in arrays

@@ -155,7 +155,7 @@ class FlatTokens:
 
     sample_id: np.ndarray  # (N,) object
     step: np.ndarray  # (N,) int64
-    row: np.ndarray  # (N,) int64
+    row: np.ndarray  # (N,) int64, the batch row of each token: sample_id is a function of it
     pos: np.ndarray  # (N,) int32
     token_id: np.ndarray  # (N,) int64
     advantage: np.ndarray  # (N,) float64
