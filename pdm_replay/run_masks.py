@@ -35,7 +35,7 @@ from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
-TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) stays in L2
+TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) fits L2
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 

@@ -99,7 +99,7 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
                         pending.append(pool.submit(fn, next(source)))
                     except StopIteration:
                         open_ = False
-                    except BaseException as exc:  # noqa: BLE001 - raised after the results before it
+                    except BaseException as exc:  # noqa: BLE001 - raised after earlier results
                         failure, open_ = exc, False
                 if not pending:
                     break
