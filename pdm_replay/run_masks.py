@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
@@ -36,6 +37,7 @@ from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) fits L2
+WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 
@@ -49,7 +51,7 @@ class MasksConfig:
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
-    workers: int | None = None  # batches validated and computed in parallel; None = CPU count
+    workers: int | None = None  # work items computed in parallel; None = CPU count, at most 8
     threads: int = 1  # torch intra-op threads per worker
 
 
@@ -78,6 +80,11 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def default_workers() -> int:
+    """The CPU count, at most 8: past that the single reader and writer threads limit."""
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:
@@ -116,15 +123,35 @@ def _raise_first(report: ValidationReport) -> None:
         raise ValueError(f"{report.errors[0]}; run `pdm-replay validate` for every problem")
 
 
+def token_slices(batch: pa.RecordBatch, budget: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(first row, zero-copy slice)`` of ``batch``, each of at most ``budget`` response
+    tokens (a single longer row alone), so long responses do not inflate a worker's arrays.
+
+    >>> b = pa.record_batch({"response_ids": [[1] * 3, [1] * 3, [1] * 9, [1]]})
+    >>> [(first, s.num_rows) for first, s in token_slices(b, 6)]
+    [(0, 2), (2, 1), (3, 1)]
+    """
+    lengths = pc.fill_null(pc.list_value_length(batch.column("response_ids")), 0)
+    ends = np.cumsum(lengths.to_numpy(zero_copy_only=False).astype(np.int64))
+    start = 0
+    while start < batch.num_rows:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + budget, side="right")))
+        yield start, batch.slice(start, stop - start)
+        start = stop
+
+
 def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
-    """The log's record batches, in order, after the checks that span batches."""
+    """The log's work items in order, after the checks that span batches: record batches
+    cut to at most ``WORK_TOKENS`` tokens each."""
     seen: set[str] = set()
     for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows):
         _check_batch_has_train(batch, file, first)
         report = ValidationReport(str(file), max_errors=1)
         check_sample_ids(batch, str(file), first, report, seen)
         _raise_first(report)
-        yield file, first, batch
+        for row, part in token_slices(batch, WORK_TOKENS):
+            yield file, first + row, part
 
 
 def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: RolloutMeta,
@@ -183,7 +210,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     with (torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer,
           BackgroundSink(writer.write) as sink):
         for n_rows, table in ordered_map(work, prefetch(_record_batches(cfg)),
-                                         workers=cfg.workers or os.cpu_count() or 1):
+                                         workers=cfg.workers or default_workers()):
             if table is not None:
                 sink.put(table)
                 _accumulate(summary, table, keeps, cfg, pairs)

@@ -76,3 +76,22 @@ def test_parallel_workers_report_the_first_problem_in_log_order(
     with pytest.raises(ValueError, match=f"sample '{small_rows[2]['sample_id']}' pos 1"):
         run_masks(MasksConfig(log=log, out=out, batch_rows=1, workers=4))
     assert not list(tmp_path.glob("t.parquet*")) and not list(tmp_path.glob(".t.parquet*"))
+
+
+def test_batches_cut_to_the_token_budget_give_the_same_rows(
+        tmp_path: Path, small_log: Path, small_rows: list[dict],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pdm_replay.run_masks as rm
+    from pdm_replay.io.reader import read_meta
+    from pdm_replay.io.rollouts import write_rollouts
+    whole = tmp_path / "whole.parquet"
+    run_masks(MasksConfig(log=small_log, out=whole, workers=2))
+    monkeypatch.setattr(rm, "WORK_TOKENS", 10)  # 6-token samples: one per work item
+    cut = tmp_path / "cut.parquet"
+    run_masks(MasksConfig(log=small_log, out=cut, workers=2))
+    assert pl.read_parquet(whole).equals(pl.read_parquet(cut))
+    assert pq.ParquetFile(cut).metadata.num_row_groups == 8  # really cut: one per sample
+    small_rows[5]["advantages"] = small_rows[5]["advantages"][:-1]  # errors still say row 5
+    bad = write_rollouts(tmp_path / "bad.parquet", small_rows, read_meta(small_log))
+    with pytest.raises(ValueError, match=r"advantages has 5 entries .*\(row 5\)"):
+        run_masks(MasksConfig(log=bad, out=tmp_path / "t.parquet", workers=2))

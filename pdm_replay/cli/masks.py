@@ -62,11 +62,13 @@ def masks(
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),
     batch_rows: int = typer.Option(512, "--batch-rows", min=1,
-                                   help="Samples per record batch (bounds memory)."),
+                                   help="Samples per record batch read (bounds memory: "
+                                   "lower it for very long responses)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
-                                          help="Record batches validated and computed in "
-                                          "parallel (default: the CPU count). Memory grows "
-                                          "by about one batch per worker."),
+                                          help="Work items (record batches cut to at most "
+                                          "65,536 tokens) validated and computed in parallel "
+                                          "(default: the CPU count, at most 8). Each holds "
+                                          "about 50 MB of arrays."),
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch intra-op threads per worker."),
 ) -> None:
