@@ -25,7 +25,8 @@ import torch
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
-from pdm_replay.math.support import build_support, reduce_pair
+from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
+                                      reduce_logprobs)
 from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
 from pdm_replay.schema import RolloutMeta, tokens_schema
 
@@ -44,10 +45,11 @@ def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
         raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
     t = torch.from_numpy
     support = build_support(t(flat.token_id), t(flat.topk_ids))
-    on_support = lambda k, topk: torch.cat([t(k)[:, None], t(topk)], 1)  # noqa: E731; masked below
-    lmu = on_support(flat.logp_behavior, flat.topk_logprobs)
-    lpi = on_support(flat.train_logprobs, flat.train_topk_logprobs)
-    return token_stats(reduce_pair(support, lmu, lpi), t(flat.advantage), vocab_size,
+    reduced = lambda k, topk: reduce_logprobs(  # noqa: E731
+        gather_support_logprobs(support, t(k), t(topk)))
+    pair = ReducedPair(support, reduced(flat.logp_behavior, flat.topk_logprobs),
+                       reduced(flat.train_logprobs, flat.train_topk_logprobs))
+    return token_stats(pair, t(flat.advantage), vocab_size,
                        cap=log_cap(flat, meta) if meta is not None else None)
 
 

@@ -47,9 +47,9 @@ class Support:
     ids: Tensor  # (N, M) int64, PAD (-1) or duplicates where not valid
     valid: Tensor  # (N, M) bool
 
-    @property
+    @cached_property
     def size(self) -> Tensor:
-        """m = |S| per token, (N,) int64."""
+        """m = |S| per token, (N,) int64 (cached: several slopes and the masks need it)."""
         return self.valid.sum(-1)
 
 
@@ -94,8 +94,8 @@ def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Ten
 
     Invalid slots hold ``-inf``; k's value always comes from ``logp_k``.
     """
-    lp = torch.cat([logp_k[:, None], topk_logprobs], dim=1).double()
-    return lp.masked_fill(~support.valid, -math.inf)
+    lp = torch.cat([logp_k.double()[:, None], topk_logprobs.double()], dim=1)  # a new tensor
+    return lp.masked_fill_(~support.valid, -math.inf)
 
 
 @dataclass(frozen=True)
