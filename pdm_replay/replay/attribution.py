@@ -31,6 +31,7 @@ from pdm_replay.math.attribution import KLWeights, kl_topk_weights, self_term
 from pdm_replay.math.metrics import TokenStats
 from pdm_replay.replay.batching import PaddedBatch
 from pdm_replay.replay.checkpoint import Policy
+from pdm_replay.replay.distributed import LOCAL, Dist
 from pdm_replay.replay.tables import PreUpdate
 from pdm_replay.replay.tangent import (TangentPass, current_params, parameter_names,
                                        sequence_batches)
@@ -60,14 +61,35 @@ def disagreement_tokens(stats: TokenStats, thresholds: Thresholds) -> np.ndarray
 
 
 def attribution_sample(stats: TokenStats, loss_mask: np.ndarray, thresholds: Thresholds,
-                       sample_size: int, seed: int) -> np.ndarray:
+                       sample_size: int, seed: int, dist: Dist = LOCAL) -> np.ndarray:
     """Sorted flat indices: every disagreement loss token plus ``sample_size`` other loss
-    tokens with Â ≠ 0 (all of them when fewer), drawn deterministically from ``seed``."""
+    tokens with Â ≠ 0 (all of them when fewer), drawn deterministically from ``seed``.
+
+    Under torchrun the draw is over the whole seed batch (this rank's tokens are a
+    contiguous share of it), so every world size samples the same tokens.
+    """
     dis = disagreement_tokens(stats, thresholds) & loss_mask
     rest = np.flatnonzero(loss_mask & ~dis & (stats.advantage.numpy() != 0))
+    counts = dist.all_gather_int(rest.size)
+    mine = shard_sample(counts, dist.rank, sample_size, seed)
+    return np.sort(np.concatenate([np.flatnonzero(dis), rest[mine]])).astype(np.int64)
+
+
+def shard_sample(counts: list[int], rank: int, sample_size: int, seed: int) -> np.ndarray:
+    """Positions in rank ``rank``'s candidates of a draw of ``sample_size`` among all ranks'
+    candidates (``counts`` per rank, concatenated in rank order), without replacement.
+
+    One process with 10 candidates, and the same 10 split 4 + 6 over two ranks:
+
+    >>> shard_sample([10], 0, 3, seed=0).tolist()
+    [1, 3, 5]
+    >>> shard_sample([4, 6], 0, 3, seed=0).tolist(), shard_sample([4, 6], 1, 3, seed=0).tolist()
+    ([1, 3], [1])
+    """
     rng = np.random.default_rng([seed, SAMPLE_STREAM])
-    extra = rng.choice(rest, size=min(sample_size, rest.size), replace=False)
-    return np.sort(np.concatenate([np.flatnonzero(dis), extra])).astype(np.int64)
+    total, start = sum(counts), sum(counts[:rank])
+    picks = rng.choice(total, size=min(sample_size, total), replace=False)
+    return np.sort(picks[(picks >= start) & (picks < start + counts[rank])] - start)
 
 
 def _offsets(batches: list[PaddedBatch]) -> list[int]:
@@ -147,7 +169,7 @@ def seed_attribution(policy: Policy, params: list[torch.nn.Parameter],
                      batches: list[PaddedBatch], pre: PreUpdate, loss_mask: np.ndarray,
                      logp_behavior: Tensor, *, seed: int, optimizer: str, lr: float,
                      sample_size: int, thresholds: Thresholds, temperature: float,
-                     chunk_tokens: int) -> SeedAttribution:
+                     chunk_tokens: int, dist: Dist = LOCAL) -> SeedAttribution:
     """Set up one seed's attribution; for SGD also draw the sample and compute its dots.
 
     ``params`` are the snapshot's parameters (the order of ``snapshot.delta()``).
@@ -161,7 +183,8 @@ def seed_attribution(policy: Policy, params: list[torch.nn.Parameter],
     attr = SeedAttribution(tangent, batches, weights, parameter_names(policy, params),
                            advantage, ratio, lr)
     if optimizer == "sgd":
-        attr.sample = attribution_sample(pre.stats, loss_mask, thresholds, sample_size, seed)
+        attr.sample = attribution_sample(pre.stats, loss_mask, thresholds, sample_size, seed,
+                                         dist)
         attr.dots = sample_dots(tangent, batches, weights, attr.sample, advantage,
                                 gradient_memory(policy.device))
     return attr

@@ -88,6 +88,16 @@ class Dist:
     def min_int(self, value: int) -> int:
         return self._reduce_int(value, "MIN")
 
+    def all_gather_int(self, value: int) -> list[int]:
+        """Every rank's integer, in rank order, on every rank."""
+        if not self.active:
+            return [int(value)]
+        import torch.distributed as dist
+        mine = self._tensor(int(value))
+        out = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(out, mine)
+        return [int(t.item()) for t in out]
+
     def barrier(self) -> None:
         if self.active:
             import torch.distributed as dist

@@ -222,7 +222,8 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
             ctx.policy, ctx.snapshot.params, batches, pre, flat.loss_mask, inputs.logp_behavior,
             seed=seed, optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr,
             sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
-            temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens)
+            temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens,
+            dist=ctx.dist)
         timings["attribution_setup_s"] = time.perf_counter() - t_attr
     parts = []
     for name, keep in apply_masks(ctx.update_masks, pre.stats).items():

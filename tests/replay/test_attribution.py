@@ -21,7 +21,7 @@ from pdm_replay.math import divergence as dv
 from pdm_replay.math.attribution import kl_topk_weights
 from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
                                      reduce_logprobs)
-from pdm_replay.replay.attribution import (attribution_sample, disagreement_tokens,
+from pdm_replay.replay.attribution import (attribution_sample, disagreement_tokens, shard_sample,
                                            seed_attribution)
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import Policy, load_policy
@@ -304,3 +304,18 @@ def test_cli_attribution_options(tmp_path, replay_log, model_dir):
     res = CliRunner().invoke(app, base + ["--out", str(tmp_path / "bad"),
                                           "--attribution-sample", "-1"])
     assert res.exit_code == 2 and not (tmp_path / "bad").exists()
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=6), st.integers(0, 80),
+       st.integers(0, 2**32 - 1))
+@settings(max_examples=200, deadline=None)
+def test_sharded_sample_is_the_one_process_sample(counts: list[int], size: int, seed: int):
+    """Candidates split over ranks in order: the ranks' picks, put back in place, are what
+    one process holding every candidate picks, whatever the world size."""
+    whole = shard_sample([sum(counts)], 0, size, seed)
+    starts = np.cumsum([0] + counts[:-1])
+    parts = [start + shard_sample(counts, r, size, seed) for r, start in enumerate(starts)]
+    assert np.array_equal(np.concatenate(parts), whole)
+    assert len(whole) == min(size, sum(counts))
+    for r, part in enumerate(parts):
+        assert ((part >= starts[r]) & (part < starts[r] + counts[r])).all()

@@ -262,7 +262,10 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_di
     exact columns, attribution columns (self/cross: SGD only); sharded parts per rank.
     lr 1e-2 keeps the attribution terms O(1): at lr 0.5 they reach ~144, where float32
     leaves ~5e-5 of absolute agreement (4e-7 relative)."""
-    args = [*COMMON, "--optimizer", "sgd", "--behavior-checkpoint", str(behaviour_dir)]
+    # --attribution-sample 2: fewer than the candidates, so the self term's token sample
+    # must be drawn over the global batch to match (not 2 per rank)
+    args = [*COMMON, "--optimizer", "sgd", "--behavior-checkpoint", str(behaviour_dir),
+            "--attribution-sample", "2"]
     ref = one_process(replay_log, model_dir, tmp_path / "one", args)
     res = torchrun([str(replay_log), "--checkpoint", str(model_dir), "--out",
                     str(tmp_path / "two"), *args])
