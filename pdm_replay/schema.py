@@ -256,5 +256,9 @@ def write_schema_files(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) > 1:  # e.g. --help: say what this does instead of doing it
+        print("python -m pdm_replay.schema: regenerate schemas/*.json from the Arrow schemas")
+        sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
     for p in write_schema_files(Path(__file__).resolve().parent.parent / "schemas"):
         print(p)
