@@ -28,17 +28,11 @@ import polars as pl
 import torch
 
 from pdm_replay.fixtures import write_synthetic_log
-from pdm_replay.io.reader import read_meta
-from pdm_replay.masks import Thresholds
-from pdm_replay.replay.attribution import sample_dots, seed_attribution
-from pdm_replay.replay.batching import micro_batches
-from pdm_replay.replay.checkpoint import load_policy
+from pdm_replay.replay.attribution import sample_dots
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
-from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
+from pdm_replay.replay.forward import forward_stats
+from pdm_replay.replay.probe import ProbedStep, probe_step
 from pdm_replay.replay.run import run_replay
-from pdm_replay.replay.step import ParamSnapshot, simulated_step
-from pdm_replay.replay.tables import log_support, pre_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import best_of_alternating, qwen3  # noqa: E402
@@ -46,49 +40,24 @@ from bench_replay import best_of_alternating, qwen3  # noqa: E402
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 
 
-def setup(ckpt: Path, log: Path, samples: int, micro: int, chunk: int) -> dict:
-    """One seed's batch, θ's statistics, an SGD step's Δθ and the attribution state."""
-    policy = load_policy(ckpt)
-    sb = seed_batch(LogIndex.of(log), samples, 0, policy.vocab_size)
-    flat = sb.flat
-    batches = micro_batches(sb.prompts, sb.responses, micro)
-    cfg = PassConfig(temperature=read_meta(log).temperature or 1.0, chunk_tokens=chunk)
-    support, mu = log_support(flat)
-    pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),
-                     policy.vocab_size)
-    inputs = LossInputs(*(torch.from_numpy(a) for a in (flat.token_id, flat.logp_behavior,
-                                                         flat.advantage)))
-    snap = ParamSnapshot(list(policy.model.parameters()))
-    n = len(flat)
-    delta = simulated_step(snap.params, snap, lambda: accumulate_gradients(
-        policy, batches, inputs, torch.ones(n, dtype=torch.float64), n, cfg),
-        optimizer="sgd", lr=1e-3, measure=lambda s: s.delta())
-    attr = seed_attribution(policy, snap.params, batches, pre, flat.loss_mask,
-                            inputs.logp_behavior, seed=0, optimizer="adam", lr=1e-3,
-                            sample_size=0, thresholds=Thresholds(),
-                            temperature=cfg.temperature, chunk_tokens=chunk)
-    return dict(policy=policy, batches=batches, support=support, cfg=cfg, delta=delta,
-                attr=attr, n=n)
-
-
-def linear_vs_forward(s: dict, repeats: int) -> dict:
-    plain = lambda: forward_stats(s["policy"], s["batches"], s["support"], s["cfg"])  # noqa
-    linear = lambda: s["attr"].linear(s["delta"])  # noqa: E731
+def linear_vs_forward(s: ProbedStep, repeats: int) -> dict:
+    plain = lambda: forward_stats(s.policy, s.batches, s.pre.support, s.cfg)  # noqa: E731
+    linear = lambda: s.attr.linear(s.delta)  # noqa: E731
     plain(), linear()  # warm-up
     t_plain, t_lin = best_of_alternating([plain, linear], repeats)
-    return {"tokens": s["n"], "plain_forward_s": t_plain, "linear_s": t_lin,
+    return {"tokens": s.n, "plain_forward_s": t_plain, "linear_s": t_lin,
             "ratio": t_lin / t_plain}
 
 
-def self_cost(s: dict, tokens: int, t_plain: float, repeats: int) -> dict:
-    attr = s["attr"]
+def self_cost(s: ProbedStep, tokens: int, t_plain: float, repeats: int) -> dict:
+    attr = s.attr
     adv = attr.advantage
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(np.flatnonzero(adv.numpy() != 0), tokens, replace=False))
     out = {"tokens": int(sample.size)}
     modes = (("grouped", 2 ** 30), ("loop", 1))
     run = lambda memory: lambda: sample_dots(  # noqa: E731
-        attr.tangent, s["batches"], attr.weights, sample, adv, memory)
+        attr.tangent, s.batches, attr.weights, sample, adv, memory)
     times = best_of_alternating([run(memory) for _, memory in modes], repeats)
     for (mode, _), t in zip(modes, times):
         per = t / sample.size
@@ -117,7 +86,7 @@ def replay_overhead(ckpt: Path, log: Path, tmp: Path, batch: int) -> dict:
 
 
 def run_case(name: str, ckpt: Path, log: Path, args, samples: int, chunk: int) -> dict:
-    s = setup(ckpt, log, samples, micro=4, chunk=chunk)
+    s = probe_step(ckpt, log, samples=samples, micro_batch=4, chunk_tokens=chunk, lr=1e-3)
     lin = linear_vs_forward(s, args.repeats)
     own = self_cost(s, args.self_tokens, lin["plain_forward_s"], max(1, args.repeats // 5))
     whole = {}

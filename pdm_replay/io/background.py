@@ -88,7 +88,8 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
         yield from map(fn, items)
         return
     depth = depth or workers + 1
-    source, pending = iter(items), deque()  # type: Iterator[T], deque[Future]
+    source = iter(items)
+    pending: deque[Future] = deque()
     failure: BaseException | None = None
     open_ = True  # False once ``items`` is exhausted or has failed
     with ThreadPoolExecutor(workers, thread_name_prefix="pdm-replay-worker") as pool:

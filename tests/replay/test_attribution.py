@@ -21,18 +21,16 @@ from pdm_replay.math import divergence as dv
 from pdm_replay.math.attribution import kl_topk_weights
 from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
                                      reduce_logprobs)
-from pdm_replay.replay.attribution import (attribution_sample, disagreement_tokens, shard_sample,
-                                           seed_attribution)
-from pdm_replay.replay.batching import micro_batches
-from pdm_replay.replay.checkpoint import Policy, load_policy
+from pdm_replay.replay.attribution import attribution_sample, disagreement_tokens, shard_sample
+from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
-from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
+from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
                                              linear_chunk_tangents)
+from pdm_replay.replay.probe import ProbedStep, probe_step
 from pdm_replay.replay.run import run_replay
-from pdm_replay.replay.step import ParamSnapshot, simulated_step
-from pdm_replay.replay.tables import log_support, post_columns, pre_update
+from pdm_replay.replay.tables import post_columns
 from pdm_replay.replay.tangent import TangentPass, current_params, sequence_batches
 from pdm_replay.tokens import log_stats
 
@@ -122,50 +120,29 @@ def test_head_tangents_equal_jvp_of_chunk_logprobs(c, v, m, hdim, temp, bias, se
 # --- model passes on the shipped sample checkpoint ------------------------------------
 
 @pytest.fixture(scope="module")
-def sample_step():
+def sample_step() -> ProbedStep:
     """Four samples of the sample log, θ of sample_data/policy and one real SGD step Δθ."""
     torch.set_num_threads(1)
-    policy = load_policy(SAMPLE / "policy")
-    sb = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 4, 0, policy.vocab_size)
-    flat = sb.flat
-    batches = micro_batches(sb.prompts, sb.responses, 2)
-    cfg = PassConfig(temperature=read_meta(SAMPLE / "rollouts").temperature or 1.0,
-                     chunk_tokens=16)
-    support, mu = log_support(flat)
-    pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),
-                     policy.vocab_size)
-    inputs = LossInputs(*(torch.from_numpy(a) for a in (flat.token_id, flat.logp_behavior,
-                                                         flat.advantage)))
-    snap = ParamSnapshot(list(policy.model.parameters()))
-    n = len(flat)
-    delta = simulated_step(snap.params, snap, lambda: accumulate_gradients(
-        policy, batches, inputs, torch.ones(n, dtype=F64), n, cfg),
-        optimizer="sgd", lr=1e-2, measure=lambda s: s.delta())
-    attr = seed_attribution(policy, snap.params, batches, pre, flat.loss_mask,
-                            inputs.logp_behavior, seed=0, optimizer="adam", lr=1e-2,
-                            sample_size=0, thresholds=Thresholds(), temperature=cfg.temperature,
-                            chunk_tokens=cfg.chunk_tokens)
-    return dict(policy=policy, batches=batches, cfg=cfg, pre=pre, snap=snap, delta=delta,
-                attr=attr, inputs=inputs, flat=flat)
+    return probe_step(SAMPLE / "policy", SAMPLE / "rollouts", samples=4)
 
 
 def _kl_at(s: dict, eps: float) -> torch.Tensor:
     """kl_topk (N,) at θ + eps·Δθ through the production recompute path; θ restored."""
-    params = s["snap"].params
+    params = s.snap.params
     with torch.no_grad():
-        for p, d in zip(params, s["delta"]):
+        for p, d in zip(params, s.delta):
             p.add_(d, alpha=eps)
         try:
-            post = forward_stats(s["policy"], s["batches"], s["pre"].support, s["cfg"])
+            post = forward_stats(s.policy, s.batches, s.pre.support, s.cfg)
         finally:
-            s["snap"].restore()
-    return post_columns(s["pre"], post)["kl_topk_post"]
+            s.snap.restore()
+    return post_columns(s.pre, post)["kl_topk_post"]
 
 
 def test_jvp_linear_term_equals_finite_differences(sample_step):
     s = sample_step
-    lin = s["attr"].linear(s["delta"])
-    assert s["snap"].matches()
+    lin = s.attr.linear(s.delta)
+    assert s.snap.matches()
     big = lin.abs() > 1e-3 * lin.abs().max()
     assert big.sum() > 20
     d0 = _kl_at(s, 0.0)
@@ -180,9 +157,9 @@ def test_jvp_linear_term_equals_finite_differences(sample_step):
 
 def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
     s = sample_step
-    policy, attr = s["policy"], s["attr"]
-    row, positions = sequence_batches(s["batches"][0])[1]
-    offset = s["batches"][0].n_tokens - positions.size  # row 1 follows row 0
+    policy, attr = s.policy, s.attr
+    row, positions = sequence_batches(s.batches[0])[1]
+    offset = s.batches[0].n_tokens - positions.size  # row 1 follows row 0
     select = torch.tensor([0, 2, positions.size - 1])
     rows = torch.from_numpy(positions[select.numpy()])
     assert int(rows[0]) == offset
@@ -272,7 +249,7 @@ def test_columns_null_by_optimizer_and_option(tmp_path, replay_log, model_dir):
 def test_linear_head_fast_path_equals_generic_jvp_path(sample_step):
     """A head that is not exactly the output embedding takes the per-chunk jvp path."""
     s = sample_step
-    policy, attr = s["policy"], s["attr"]
+    policy, attr = s.policy, s.attr
     lin = policy.model.get_output_embeddings()
     scaled = Policy(model=policy.model, head=lambda h: lin(h) * (1 + 2 ** -20),
                     vocab_size=policy.vocab_size, source=policy.source)
@@ -280,10 +257,10 @@ def test_linear_head_fast_path_equals_generic_jvp_path(sample_step):
     assert attr.tangent._linear_head(torch.zeros(1, lin.in_features)) is not None
     assert generic._linear_head(torch.ones(1, lin.in_features)) is None
     prim = current_params(policy)
-    tang = dict(zip(attr.names, s["delta"]))
-    n = s["batches"][0].n_tokens
-    fast = attr.tangent.directional_logprobs(s["batches"][0], slice(0, n), prim, tang)
-    slow = generic.directional_logprobs(s["batches"][0], slice(0, n), prim, tang)
+    tang = dict(zip(attr.names, s.delta))
+    n = s.batches[0].n_tokens
+    fast = attr.tangent.directional_logprobs(s.batches[0], slice(0, n), prim, tang)
+    slow = generic.directional_logprobs(s.batches[0], slice(0, n), prim, tang)
     valid = attr.tangent.valid[:n]
     assert torch.allclose(fast[0][valid], slow[0][valid], rtol=1e-3, atol=1e-6)
     assert torch.allclose(fast[1], slow[1], rtol=1e-3, atol=1e-6)

@@ -1,0 +1,81 @@
+"""One seed's simulated SGD step, kept in memory for inspection (notebooks, tests,
+benchmarks).
+
+:func:`~pdm_replay.replay.run.run_replay` streams every seed to disk and keeps nothing;
+:func:`probe_step` builds the same pieces for one seed and returns them: the micro-batches,
+θ's pre-update statistics, the Δθ of one SGD step of the ``none`` update (every loss token
+kept) and the attribution state at θ. θ is left in place (the step is undone bit-exactly);
+``ProbedStep.snap`` can apply Δθ again.
+
+Examples
+--------
+From a clone of the repository (the shipped sample checkpoint and log):
+
+>>> step = probe_step("sample_data/policy", "sample_data/rollouts", samples=2)  # doctest: +SKIP
+>>> step.attr.linear(step.delta).shape == (step.n,)  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from pdm_replay.io.reader import FlatTokens, read_meta
+from pdm_replay.masks import Thresholds
+from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
+from pdm_replay.replay.batching import PaddedBatch, micro_batches
+from pdm_replay.replay.checkpoint import Policy, load_policy
+from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
+from pdm_replay.replay.step import ParamSnapshot, simulated_step
+from pdm_replay.replay.tables import PreUpdate, log_support, pre_update
+
+
+@dataclass
+class ProbedStep:
+    """Everything one seed's SGD step is made of; N = ``n`` tokens."""
+
+    policy: Policy
+    flat: FlatTokens
+    batches: list[PaddedBatch]
+    cfg: PassConfig
+    pre: PreUpdate  # θ's statistics at the logged supports (``pre.support``)
+    inputs: LossInputs
+    snap: ParamSnapshot  # θ; ``snap.params`` in the order of ``delta``
+    delta: list[Tensor]  # Δθ of one SGD step on every loss token
+    attr: SeedAttribution  # at θ; no self-term sample (``sample_size`` 0)
+
+    @property
+    def n(self) -> int:
+        return len(self.flat)
+
+
+def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: int = 0,
+               micro_batch: int = 2, chunk_tokens: int = 16, lr: float = 1e-2
+               ) -> ProbedStep:
+    """Seed ``seed``'s batch of ``samples`` samples from ``log``, θ from ``checkpoint``,
+    and one SGD step of learning rate ``lr`` (token-mean loss over every loss token)."""
+    policy = load_policy(Path(checkpoint))
+    sb = seed_batch(LogIndex.of(Path(log)), samples, seed, policy.vocab_size)
+    flat = sb.flat
+    batches = micro_batches(sb.prompts, sb.responses, micro_batch)
+    cfg = PassConfig(temperature=read_meta(log).temperature or 1.0, chunk_tokens=chunk_tokens)
+    support, mu = log_support(flat)
+    pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),
+                     policy.vocab_size)
+    inputs = LossInputs(*(torch.from_numpy(a) for a in (flat.token_id, flat.logp_behavior,
+                                                         flat.advantage)))
+    snap = ParamSnapshot(list(policy.model.parameters()))
+    n = len(flat)
+    delta = simulated_step(snap.params, snap, lambda: accumulate_gradients(
+        policy, batches, inputs, torch.ones(n, dtype=torch.float64), n, cfg),
+        optimizer="sgd", lr=lr, measure=lambda s: s.delta())
+    attr = seed_attribution(policy, snap.params, batches, pre, flat.loss_mask,
+                            inputs.logp_behavior, seed=seed, optimizer="adam", lr=lr,
+                            sample_size=0, thresholds=Thresholds(),
+                            temperature=cfg.temperature, chunk_tokens=chunk_tokens)
+    return ProbedStep(policy, flat, batches, cfg, pre, inputs, snap, delta, attr)
