@@ -9,11 +9,14 @@ kept) and the attribution state at θ. θ is left in place (the step is undone b
 
 Examples
 --------
-From a clone of the repository (the shipped sample checkpoint and log):
+On the sample checkpoint and log of a clone of the repository:
 
->>> step = probe_step("sample_data/policy", "sample_data/rollouts", samples=2)  # doctest: +SKIP
->>> step.attr.linear(step.delta).shape == (step.n,)  # doctest: +SKIP
-True
+>>> from pathlib import Path
+>>> import pdm_replay
+>>> sample = Path(pdm_replay.__file__).resolve().parents[1] / "sample_data"
+>>> step = probe_step(sample / "policy", sample / "rollouts", samples=2)
+>>> step.attr.linear(step.delta).shape == (step.n,), step.snap.matches()
+(True, True)
 """
 
 from __future__ import annotations
