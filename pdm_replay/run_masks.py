@@ -51,7 +51,7 @@ class MasksConfig:
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
-    workers: int | None = None  # work items computed in parallel; None = CPU count, at most 8
+    workers: int | None = None  # work items computed in parallel; None = default_workers()
     threads: int = 1  # torch intra-op threads per worker
 
 
@@ -83,8 +83,10 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def default_workers() -> int:
-    """The CPU count, at most 8: past that the single reader and writer threads limit."""
-    return max(1, min(os.cpu_count() or 1, 8))
+    """The CPUs this process may run on, at most 8 (past that the single reader and
+    writer threads limit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, 8))
 
 
 def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:

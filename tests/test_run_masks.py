@@ -95,3 +95,13 @@ def test_batches_cut_to_the_token_budget_give_the_same_rows(
     bad = write_rollouts(tmp_path / "bad.parquet", small_rows, read_meta(small_log))
     with pytest.raises(ValueError, match=r"advantages has 5 entries .*\(row 5\)"):
         run_masks(MasksConfig(log=bad, out=tmp_path / "t.parquet", workers=2))
+
+
+def test_default_workers_follow_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import pdm_replay.run_masks as rm
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert rm.default_workers() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert rm.default_workers() == 8  # capped: one reader and one writer feed them

@@ -67,7 +67,7 @@ def masks(
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
                                           help="Work items (record batches cut to at most "
                                           "65,536 tokens) validated and computed in parallel "
-                                          "(default: the CPU count, at most 8). Each holds "
+                                          "(default: the usable CPUs, at most 8). Each holds "
                                           "about 50 MB of arrays."),
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch intra-op threads per worker."),
