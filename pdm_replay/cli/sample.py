@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.sample.make import SampleConfig, SampleResult, make_sample
+
+if TYPE_CHECKING:
+    from pdm_replay.sample.make import SampleResult
 
 
 class Size(str, enum.Enum):
@@ -46,6 +49,9 @@ def make_sample_cmd(
     from the stale checkpoint in bfloat16 with transformers generate, log µ's top-20
     log-probs and the policy's recomputed log-probs as rollout/v1, and print statistics.
     """
+    # Imported here: the training code pulls in transformers (~2 s), which every other
+    # command, and `pdm-replay --help`, would otherwise pay for.
+    from pdm_replay.sample.make import SampleConfig, make_sample
     cfg = SampleConfig(seed=seed, size=size.value, force=force)
     try:
         with progress_bar("make-sample", None, "steps") as bar:
