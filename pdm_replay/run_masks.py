@@ -38,6 +38,7 @@ from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) fits L2
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
+BATCH_TOKENS = 1 << 17  # about this many tokens per record batch read, at most batch_rows
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 
@@ -147,7 +148,8 @@ def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatc
     """The log's work items in order, after the checks that span batches: record batches
     cut to at most ``WORK_TOKENS`` tokens each."""
     seen: set[str] = set()
-    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows):
+    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows,
+                                                     max_tokens=BATCH_TOKENS):
         _check_batch_has_train(batch, file, first)
         report = ValidationReport(str(file), max_errors=1)
         check_sample_ids(batch, str(file), first, report, seen)

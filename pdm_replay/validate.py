@@ -31,6 +31,7 @@ from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
 
 LOGPROB_TOLERANCE = 1e-4  # log-probs up to this far above 0 are rounding, not errors
 MATCH_ATOL = 1e-3  # behavior_logprobs[t] vs the top-K entry of k_t
+BATCH_TOKENS = 1 << 17  # about this many response tokens per record batch (long responses)
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,8 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
         report.meta = report.meta or meta
         if not _check_columns(schema, str(f), report):
             continue
-        for _, first, batch in iter_record_batches(f, batch_rows=batch_rows):
+        for _, first, batch in iter_record_batches(f, batch_rows=batch_rows,
+                                                   max_tokens=BATCH_TOKENS):
             check_batch(batch, str(f), first, meta.vocab_size, report, seen)
     if report.meta and report.meta.truncated_sampler and report.meta.logprobs_mode == "processed":
         report.warning_counts["truncated-sampler"] += 1

@@ -62,8 +62,9 @@ def masks(
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),
     batch_rows: int = typer.Option(512, "--batch-rows", min=1,
-                                   help="Samples per record batch read (bounds memory: "
-                                   "lower it for very long responses)."),
+                                   help="At most this many samples per record batch "
+                                   "read; fewer for long responses (about 131,072 tokens "
+                                   "per batch). Bounds memory."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
                                           help="Work items (record batches cut to at most "
                                           "65,536 tokens) validated and computed in parallel "

@@ -70,15 +70,42 @@ def available_columns(path: Path | str) -> set[str]:
     return set(pq.read_schema(list_parquet_files(path)[0]).names)
 
 
+def mean_response_length(pf: pq.ParquetFile) -> float:
+    """Mean response tokens per row of a rollout/v1 file, from its footer alone (the
+    column chunks' value counts of ``response_ids``); 0 when unknown or empty."""
+    md = pf.metadata
+    if md.num_rows == 0:
+        return 0.0
+    leaf = "response_ids.list.element"
+    tokens = 0
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        cols = [group.column(j) for j in range(group.num_columns)]
+        tokens += sum(c.num_values for c in cols if c.path_in_schema == leaf)
+    return tokens / md.num_rows
+
+
+def rows_for_tokens(pf: pq.ParquetFile, max_rows: int, max_tokens: int | None) -> int:
+    """Rows per record batch: ``max_rows``, fewer when rows are so long that a batch
+    would hold more than about ``max_tokens`` response tokens (None: no token bound)."""
+    mean = mean_response_length(pf) if max_tokens else 0.0
+    if mean <= 0:
+        return max_rows
+    return max(1, min(max_rows, int(max_tokens / mean)))
+
+
 def iter_record_batches(path: Path | str, columns: Sequence[str] | None = None,
-                        batch_rows: int = DEFAULT_BATCH_ROWS
+                        batch_rows: int = DEFAULT_BATCH_ROWS, max_tokens: int | None = None
                         ) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
-    """Yield ``(file, first_row_index_in_file, batch)``; memory is bounded by ``batch_rows``."""
+    """Yield ``(file, first_row_index_in_file, batch)``; memory is bounded by ``batch_rows``
+    and, given ``max_tokens``, by about that many response tokens per batch (long
+    responses get fewer rows per batch)."""
     for f in list_parquet_files(path):
         pf = open_parquet(f)
         cols = [c for c in columns if c in pf.schema_arrow.names] if columns else None
         row = 0
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
+        for batch in pf.iter_batches(batch_size=rows_for_tokens(pf, batch_rows, max_tokens),
+                                     columns=cols):
             yield f, row, batch
             row += batch.num_rows
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.io.reader import (flatten_batch, iter_flat_tokens, iter_record_batches,
-                                  list_parquet_files, pad_ragged, read_meta)
+                                  list_parquet_files, mean_response_length, open_parquet,
+                                  pad_ragged, read_meta)
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.schema import RolloutMeta
 
@@ -50,6 +51,19 @@ def test_directory_log_is_read_in_bounded_batches(tmp_path: Path) -> None:
     assert [first for _, first, _ in batches] == [0, 4, 8, 0, 4, 8]
     assert sum(len(f) for f in iter_flat_tokens(tmp_path / "log", batch_rows=4)) == 60
     assert read_meta(tmp_path / "log").vocab_size == 30
+
+
+def test_long_responses_get_fewer_rows_per_batch(tmp_path: Path) -> None:
+    cfg = SyntheticLogConfig(n_samples=12, response_len=40, vocab_size=30, top_k=4,
+                             chunk_samples=5)  # three row groups
+    log = write_synthetic_log(tmp_path / "log.parquet", cfg)
+    assert mean_response_length(open_parquet(log)) == 40.0  # footer alone: 480 / 12
+    batches = [b for _, _, b in iter_record_batches(log, batch_rows=8, max_tokens=100)]
+    assert [b.num_rows for b in batches] == [2] * 6  # 100 tokens / 40 per row -> 2 rows
+    batches = [b for _, _, b in iter_record_batches(log, batch_rows=8, max_tokens=10)]
+    assert [b.num_rows for b in batches] == [1] * 12  # never fewer than one row
+    batches = [b for _, _, b in iter_record_batches(log, batch_rows=8, max_tokens=10_000)]
+    assert [b.num_rows for b in batches] == [8, 4]  # short enough: batch_rows rules
 
 
 def test_loss_mask_null_row_means_all_true(tmp_path: Path) -> None:
