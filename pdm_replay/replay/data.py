@@ -22,11 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pdm_replay.io.reader import FlatTokens, list_parquet_files, open_parquet
+from pdm_replay.io.reader import FlatTokens, list_parquet_files, open_parquet, rows_for_tokens
 from pdm_replay.schema import ROLLOUT_V1
 from pdm_replay.validate import ValidationReport, check_batch
 
 REPLAY_COLUMNS = ("sample_id", "prompt_ids", "response_ids")
+SCAN_TOKENS = 1 << 22  # response tokens per batch of the id scan (int32 ids: ~16 MB)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
         if "prompt_ids" not in pf.schema_arrow.names:
             raise ValueError(f"{file}: no prompt_ids column; replay needs the prompt tokens "
                              "of every sample: log prompt_ids (rollout/v1 'replay' column)")
-        for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=65536):
+        rows = rows_for_tokens(pf, 65536, max_tokens=SCAN_TOKENS)
+        for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=rows):
             problem = _first_bad(pa.Table.from_batches([batch]), vocab_size)
             if problem:
                 raise ValueError(f"{file}: {problem}")
