@@ -29,7 +29,7 @@ import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
-from pdm_replay.io.reader import available_columns, iter_record_batches, read_meta
+from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches, read_meta
 from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
@@ -38,7 +38,6 @@ from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) fits L2
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
-BATCH_TOKENS = 1 << 17  # about this many tokens per record batch read, at most batch_rows
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
 

@@ -24,14 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pdm_replay.io.reader import (PAD_ID, FlatTokens, flatten_batch, iter_record_batches,
-                                  list_parquet_files)
+from pdm_replay.io.reader import (BATCH_TOKENS, PAD_ID, FlatTokens, flatten_batch,
+                                  iter_record_batches, list_parquet_files)
 from pdm_replay.math.support import MASS_TOLERANCE
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
 
 LOGPROB_TOLERANCE = 1e-4  # log-probs up to this far above 0 are rounding, not errors
 MATCH_ATOL = 1e-3  # behavior_logprobs[t] vs the top-K entry of k_t
-BATCH_TOKENS = 1 << 17  # about this many response tokens per record batch (long responses)
 
 
 @dataclass(frozen=True)

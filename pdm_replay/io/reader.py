@@ -30,6 +30,7 @@ from pdm_replay.schema import RolloutMeta
 
 PAD_ID = -1
 DEFAULT_BATCH_ROWS = 2048
+BATCH_TOKENS = 1 << 17  # response tokens per record batch the checks and masks read (~37 MB)
 
 
 def list_parquet_files(path: Path | str) -> list[Path]:
