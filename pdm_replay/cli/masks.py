@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import pyarrow.parquet as pq
 import typer
@@ -24,6 +24,16 @@ def parse_mask_list(text: Optional[str]) -> list[str] | None:
     if not text:
         return None
     return [n.strip() for n in text.split(",") if n.strip()]
+
+
+# The threshold options of every command that decides masks (masks, replay), declared once;
+# defaults come from Thresholds, so the CLI cannot drift from the library.
+THRESHOLD_DEFAULTS = Thresholds()
+DeltaKL = Annotated[float, typer.Option("--delta-kl", help="δ of the KL trust region.")]
+DeltaTV = Annotated[float, typer.Option("--delta-tv", help="δ of the TV trust region.")]
+Eps = Annotated[float, typer.Option("--eps", help="ε of ppo_clip.")]
+EpsLow = Annotated[float, typer.Option("--eps-low", help="ε_low of clip_higher.")]
+EpsHigh = Annotated[float, typer.Option("--eps-high", help="ε_high of clip_higher.")]
 
 
 def threshold_options(eps: float, eps_low: float, eps_high: float, delta_kl: float,
@@ -53,11 +63,11 @@ def masks(
                                "train_topk_logprobs (file or directory)."),
     out: Path = typer.Option(..., "--out", "-o", help="tokens/v1 Parquet file to write."),
     mask_names: Optional[str] = typer.Option(None, "--masks", help=MASK_NAMES_HELP),
-    delta_kl: float = typer.Option(0.15, "--delta-kl", help="δ of the KL trust region."),
-    delta_tv: float = typer.Option(0.15, "--delta-tv", help="δ of the TV trust region."),
-    eps: float = typer.Option(0.2, "--eps", help="ε of ppo_clip."),
-    eps_low: float = typer.Option(0.2, "--eps-low", help="ε_low of clip_higher."),
-    eps_high: float = typer.Option(0.28, "--eps-high", help="ε_high of clip_higher."),
+    delta_kl: DeltaKL = THRESHOLD_DEFAULTS.delta_kl,
+    delta_tv: DeltaTV = THRESHOLD_DEFAULTS.delta_tv,
+    eps: Eps = THRESHOLD_DEFAULTS.eps,
+    eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
+    eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.cli.masks import MASK_NAMES_HELP, parse_mask_list, threshold_options
+from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, DeltaKL, DeltaTV, Eps,
+                                  EpsHigh, EpsLow, parse_mask_list, threshold_options)
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env
@@ -90,8 +91,8 @@ def replay(
     chunk_tokens: Optional[int] = typer.Option(
         None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk: bounds logits memory "
         "to about 8 x chunk x vocab x 4 bytes. Default: from the device's free memory."),
-    delta_kl: float = typer.Option(0.15, "--delta-kl", help="δ of the KL trust region."),
-    delta_tv: float = typer.Option(0.15, "--delta-tv", help="δ of the TV trust region."),
+    delta_kl: DeltaKL = THRESHOLD_DEFAULTS.delta_kl,
+    delta_tv: DeltaTV = THRESHOLD_DEFAULTS.delta_tv,
     attribution: bool = typer.Option(
         True, "--attribution/--no-attribution", help="First-order attribution of each "
         "update's ΔD_kl: delta_kl_lin (forward-mode JVP along Δθ, about one extra pass per "
@@ -100,9 +101,9 @@ def replay(
     attribution_sample: int = typer.Option(
         64, "--attribution-sample", min=0, help="SGD self term: loss tokens sampled per "
         "seed in addition to every KL disagreement token (per-token gradients)."),
-    eps: float = typer.Option(0.2, "--eps", help="ε of ppo_clip."),
-    eps_low: float = typer.Option(0.2, "--eps-low", help="ε_low of clip_higher."),
-    eps_high: float = typer.Option(0.28, "--eps-high", help="ε_high of clip_higher."),
+    eps: Eps = THRESHOLD_DEFAULTS.eps,
+    eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
+    eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
                                       "(*.bin): they can run code; only for trusted files."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
