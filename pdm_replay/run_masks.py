@@ -36,7 +36,6 @@ from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
-TOKEN_CHUNK = 1 << 13  # tokens per metrics pass: each (N, K+1) float64 temporary (1.4 MB) fits L2
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
@@ -159,17 +158,15 @@ def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatc
 
 def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: RolloutMeta,
                   masks: dict[str, Mask]) -> tuple[int, pa.Table | None]:
-    """``(rows, tokens/v1 rows)`` of one batch after the ``validate`` checks, computed
-    ``TOKEN_CHUNK`` tokens at a time; the batch's first problem raises."""
+    """``(rows, tokens/v1 rows)`` of one batch after the ``validate`` checks; the batch's
+    first problem raises."""
     file, first, batch = item
     report = ValidationReport(str(file), max_errors=1)
     flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False)
     _raise_first(report)
     if flat is None:
         return batch.num_rows, None
-    parts = [flat.select(slice(s, s + TOKEN_CHUNK)) for s in range(0, len(flat), TOKEN_CHUNK)]
-    tables = [token_table(p, log_stats(p, vocab, meta), masks) for p in parts]
-    return batch.num_rows, pa.concat_tables(tables)
+    return batch.num_rows, token_table(flat, log_stats(flat, vocab, meta), masks)
 
 
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,

@@ -25,12 +25,13 @@ import torch
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
-from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
-                                      reduce_logprobs)
+from pdm_replay.math.sums import PairSums, pair_sums
+from pdm_replay.math.support import build_support, reduce_logged_pair
 from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
 from pdm_replay.schema import RolloutMeta, tokens_schema
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
+SUPPORT_CHUNK = 1 << 12  # tokens per support pass: (N, K+1) float64 temporaries of 0.7 MB
 CERT_NAMES = pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())  # code + 1 -> label
 
 
@@ -40,17 +41,25 @@ def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
 
     ``meta`` (top-K size and convention) lets the sign certificate use the smallest genuine
     top-K probability as a bound on unseen tokens; without it only µ_tail bounds them.
+    The ``(N, K + 1)`` support math runs ``SUPPORT_CHUNK`` tokens at a time, so each
+    temporary stays in L2; the per-token math then runs once on the ``(N,)`` sums.
     """
     if flat.train_logprobs is None or flat.train_topk_logprobs is None:
         raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
+    parts = [log_pair_sums(flat.select(slice(s, s + SUPPORT_CHUNK)))
+             for s in range(0, max(len(flat), 1), SUPPORT_CHUNK)]
+    sums = parts[0] if len(parts) == 1 else PairSums.cat(parts)
+    return token_stats(sums, torch.from_numpy(flat.advantage), vocab_size,
+                       cap=log_cap(flat, meta) if meta is not None else None)
+
+
+def log_pair_sums(flat: FlatTokens) -> PairSums:
+    """:class:`PairSums` ``(N,)`` of logged µ and π on each token's support."""
     t = torch.from_numpy
     support = build_support(t(flat.token_id), t(flat.topk_ids))
-    reduced = lambda k, topk: reduce_logprobs(  # noqa: E731
-        gather_support_logprobs(support, t(k), t(topk)))
-    pair = ReducedPair(support, reduced(flat.logp_behavior, flat.topk_logprobs),
-                       reduced(flat.train_logprobs, flat.train_topk_logprobs))
-    return token_stats(pair, t(flat.advantage), vocab_size,
-                       cap=log_cap(flat, meta) if meta is not None else None)
+    return pair_sums(reduce_logged_pair(
+        support, (t(flat.logp_behavior), t(flat.topk_logprobs)),
+        (t(flat.train_logprobs), t(flat.train_topk_logprobs))))
 
 
 def log_cap(flat: FlatTokens, meta: RolloutMeta) -> torch.Tensor:

@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +32,12 @@ from pdm_replay.schema import RolloutMeta
 PAD_ID = -1
 DEFAULT_BATCH_ROWS = 2048
 BATCH_TOKENS = 1 << 17  # response tokens per record batch the checks and masks read (~37 MB)
+
+# FlatTokens' arrays may be read-only views of Arrow buffers (no copy); the package only
+# reads them, so torch.from_numpy's warning about non-writable arrays is noise. The filter
+# is limited to that message raised from pdm_replay's own modules.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
+                        category=UserWarning, module=r"pdm_replay\.")
 
 
 def list_parquet_files(path: Path | str) -> list[Path]:
@@ -167,11 +174,21 @@ def _same_offsets(lists: pa.Array, index: RaggedIndex) -> bool:
     return len(lengths) == len(index.lengths) and np.array_equal(lengths, index.lengths)
 
 
-def flat_values(lists: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:
-    """Concatenate a ``list<x>`` column's values into one 1-D array."""
+def flat_values(lists: pa.Array | pa.ChunkedArray, dtype: np.dtype | None) -> np.ndarray:
+    """Concatenate a ``list<x>`` column's values into one 1-D array (``None``: as stored)."""
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
-    return pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    return values if dtype is None else values.astype(dtype, copy=False)
+
+
+def as_logged(values: np.ndarray, kept: tuple[type, ...], other: type) -> np.ndarray:
+    """``values`` unchanged if their dtype is one of ``kept``, else cast to ``other``.
+
+    The (N, K) top-K arrays stay as logged (float32, int32): converting them here cost a
+    full extra pass, and the math converts each L2-sized chunk to float64 anyway.
+    """
+    return values if values.dtype in kept else values.astype(other)
 
 
 @dataclass
@@ -189,10 +206,10 @@ class FlatTokens:
     advantage: np.ndarray  # (N,) float64
     logp_behavior: np.ndarray  # (N,) float64
     loss_mask: np.ndarray  # (N,) bool
-    topk_ids: np.ndarray  # (N, K) int64
-    topk_logprobs: np.ndarray  # (N, K) float64
+    topk_ids: np.ndarray  # (N, K) int32 or int64, as logged
+    topk_logprobs: np.ndarray  # (N, K) float32 or float64, as logged
     train_logprobs: np.ndarray | None  # (N,) float64
-    train_topk_logprobs: np.ndarray | None  # (N, K) float64
+    train_topk_logprobs: np.ndarray | None  # (N, K) float32 or float64, as logged
 
     def __len__(self) -> int:
         return len(self.token_id)
@@ -210,10 +227,10 @@ def _topk_values(col: pa.Array, index: RaggedIndex, logged_pad: np.ndarray | Non
     lists = pc.list_flatten(col)
     if not _same_offsets(lists, index):  # misaligned with the ids: validate reports it
         return pad_ragged(lists, -np.inf, np.float64, width=index.width)[0]
-    values = flat_values(lists, np.float64)
+    values = as_logged(flat_values(lists, None), (np.float32, np.float64), np.float64)
     if logged_pad is not None:
-        values = np.where(logged_pad, -np.inf, values)
-    return index.pad(values, -np.inf, np.float64)
+        values = np.where(logged_pad, values.dtype.type(-np.inf), values)
+    return index.pad(values, -np.inf, values.dtype)
 
 
 def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
@@ -233,7 +250,7 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
 
     inner = pc.list_flatten(batch.column("topk_ids"))
     index = RaggedIndex.of(inner)
-    ids = flat_values(inner, np.int64)
+    ids = as_logged(flat_values(inner, None), (np.int32, np.int64), np.int64)
     logged_pad = ids == PAD_ID
     logged_pad = logged_pad if logged_pad.any() else None
     topk_lp = _topk_values(batch.column("topk_logprobs"), index, logged_pad)
@@ -243,10 +260,13 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
     has_train = "train_logprobs" in names and batch.column("train_logprobs").null_count == 0
     loss_mask = np.ones(n, dtype=bool)
     if "loss_mask" in names and n:
-        # A null loss_mask row means "all positions are loss tokens".
-        padded, _ = pad_ragged(batch.column("loss_mask"), True, np.bool_,
-                               width=int(lengths.max()))
-        loss_mask = padded[row, pos]
+        col = batch.column("loss_mask")
+        if col.null_count == 0 and np.array_equal(
+                pc.list_value_length(col).to_numpy(zero_copy_only=False), lengths):
+            loss_mask = flat_values(col, np.bool_)  # one entry per token already
+        else:  # a null loss_mask row means "all positions are loss tokens"
+            padded, _ = pad_ragged(col, True, np.bool_, width=int(lengths.max()))
+            loss_mask = padded[row, pos]
     sample_ids = np.asarray(batch.column("sample_id").to_pylist(), dtype=object)
     steps = batch.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
     return FlatTokens(
@@ -254,7 +274,7 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
         token_id=per_token("response_ids", np.int64),
         advantage=per_token("advantages", np.float64),
         logp_behavior=per_token("behavior_logprobs", np.float64),
-        loss_mask=loss_mask, topk_ids=index.pad(ids, PAD_ID, np.int64), topk_logprobs=topk_lp,
+        loss_mask=loss_mask, topk_ids=index.pad(ids, PAD_ID, ids.dtype), topk_logprobs=topk_lp,
         train_logprobs=per_token("train_logprobs", np.float64) if has_train else None,
         train_topk_logprobs=train_topk)
 

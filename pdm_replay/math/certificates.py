@@ -30,8 +30,8 @@ import math
 import torch
 from torch import Tensor
 
-from pdm_replay.math.direction import _safe_div, _unseen, dkl_head
-from pdm_replay.math.support import ReducedPair
+from pdm_replay.math.direction import Pair, _safe_div, _unseen, dkl_head
+from pdm_replay.math.sums import as_sums
 
 AWAY, UNCERTAIN, TOWARD = 1, 0, -1
 CERT_LABELS = {AWAY: "away", UNCERTAIN: "uncertain", TOWARD: "toward"}
@@ -55,13 +55,15 @@ def genuine_topk(topk_ids: Tensor, token_id: Tensor, top_k: int, convention: str
 
 def unseen_cap(topk_logprobs: Tensor, genuine: Tensor) -> Tensor:
     """Upper bound ``(N,)`` on any unseen µ_j: min genuine top-K probability (inf if none)."""
-    lp = topk_logprobs.double().masked_fill(~genuine, math.inf)
-    return torch.exp(lp.min(-1).values)
+    # the min is exact in the logged dtype (float32): convert the (N,) result, not (N, K)
+    lp = topk_logprobs.masked_fill(~genuine, math.inf)
+    return torch.exp(lp.amin(-1).double())
 
 
-def dkl_interval(pair: ReducedPair, vocab_size: int, cap: Tensor | None = None
+def dkl_interval(pair: Pair, vocab_size: int, cap: Tensor | None = None
                  ) -> tuple[Tensor, Tensor]:
     """``(lo, hi)``, each ``(N,)``: the feasible range of the full-vocabulary Ḋ_kl."""
+    pair = as_sums(pair)
     a = dkl_head(pair)  # (π_k − µ_k) − Σ_S π(π − µ), kept exact as π_k → 1
     pi_t, mu_t = pair.pi.tail, pair.mu.tail
     bound = mu_t if cap is None else torch.minimum(cap.double(), mu_t)

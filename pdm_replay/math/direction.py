@@ -23,12 +23,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pdm_replay.math.sums import PairSums, as_sums
 from pdm_replay.math.support import ReducedPair
 
+Pair = ReducedPair | PairSums  # every criterion takes either; a pair reduces to its sums once
 
-def _unseen(pair: ReducedPair, vocab_size: int) -> Tensor:
+
+def _unseen(pair: Pair, vocab_size: int) -> Tensor:
     """n − m per token, (N,) float64 (0 when the support covers the vocabulary)."""
-    return (vocab_size - pair.m).double().clamp(min=0.0)
+    return (vocab_size - as_sums(pair).m).double().clamp(min=0.0)
 
 
 def _safe_div(x: Tensor, d: Tensor) -> Tensor:
@@ -36,9 +39,10 @@ def _safe_div(x: Tensor, d: Tensor) -> Tensor:
     return torch.where(d > 0, x / d.clamp(min=1.0), torch.zeros_like(x))
 
 
-def dkl_local(pair: ReducedPair) -> Tensor:
+def dkl_local(pair: Pair) -> Tensor:
     """Local term ``π_k − µ_k`` (N,): sign equals sign(r − 1)."""
-    return pair.pi.p_k - pair.mu.p_k
+    s = as_sums(pair)
+    return s.pi.p_k - s.mu.p_k
 
 
 def _one_minus_pi_k(logp_pi_k: Tensor) -> Tensor:
@@ -46,26 +50,28 @@ def _one_minus_pi_k(logp_pi_k: Tensor) -> Tensor:
     return -torch.expm1(logp_pi_k.double())
 
 
-def dkl_head(pair: ReducedPair) -> Tensor:
+def dkl_head(pair: Pair) -> Tensor:
     """``(π_k − µ_k) − Σ_{i∈S} π_i (π_i − µ_i)`` (N,), local term minus global head.
 
     Evaluated as ``(π_k − µ_k)(1 − π_k) − Σ_{i∈S, i≠k} π_i (π_i − µ_i)``: the same algebra,
     but without cancelling two O(1) terms when π_k → 1 (where the result is O(1 − π_k)).
     """
-    return dkl_local(pair) * _one_minus_pi_k(pair.pi.logp_k) - pair.pi_diff_others
+    s = as_sums(pair)
+    return dkl_local(s) * _one_minus_pi_k(s.pi.logp_k) - s.pi_diff_others
 
 
-def dkl_tail_term(pair: ReducedPair) -> Tensor:
+def dkl_tail_term(pair: Pair) -> Tensor:
     """``π_tail (π_tail − µ_tail)`` (N,): the tail as one atom."""
-    return pair.pi.tail * (pair.pi.tail - pair.mu.tail)
+    s = as_sums(pair)
+    return s.pi.tail * (s.pi.tail - s.mu.tail)
 
 
-def dkl_agg(pair: ReducedPair) -> Tensor:
+def dkl_agg(pair: Pair) -> Tensor:
     """Ḋ_kl with the aggregated tail; exactly Ḋ of the reduced softmax over S ∪ {tail}. (N,)"""
     return dkl_head(pair) - dkl_tail_term(pair)
 
 
-def dkl_uniform(pair: ReducedPair, vocab_size: int) -> Tensor:
+def dkl_uniform(pair: Pair, vocab_size: int) -> Tensor:
     """Ḋ_kl with the tail spread evenly over the n − m unseen tokens. (N,)"""
     tail = _safe_div(dkl_tail_term(pair), _unseen(pair, vocab_size))
     return dkl_head(pair) - tail
@@ -102,25 +108,24 @@ def _tv_slope(sigma_k: Tensor, pi_k: Tensor, q_k: Tensor, s2: Tensor) -> tuple[T
     return sigma_k * pi_k * (q_k * q_k + s2), pi_k * q_k - s2
 
 
-def _tv_tail_atoms(pair: ReducedPair, count: Tensor) -> Tensor:
+def _tv_tail_atoms(pair: Pair, count: Tensor) -> Tensor:
     """Ḋ_tv on S plus ``count`` (N,) tail atoms of mass π_tail/count each (none where 0)."""
-    pi_atom = _safe_div(pair.pi.tail, count)
-    s2 = pair.pi_sq_others + count * pi_atom * pi_atom
-    k_term, vbar = _tv_slope(pair.sigma[:, 0], pair.pi.p_k,
-                             _one_minus_pi_k(pair.pi.logp_k), s2)
-    # Σ_{i≠k} σ_i π_i (−π_i − v̄), negated once outside the sum: the same bits, one pass less.
-    head = -(pair.sigma_pi_others * (pair.pi.p[:, 1:] + vbar[:, None])).sum(-1)
-    sigma_t = torch.sign(pair.pi.tail - pair.mu.tail)
+    s = as_sums(pair)
+    pi_atom = _safe_div(s.pi.tail, count)
+    s2 = s.pi_sq_others + count * pi_atom * pi_atom
+    k_term, vbar = _tv_slope(s.sigma_k, s.pi.p_k, _one_minus_pi_k(s.pi.logp_k), s2)
+    head = -(s.sigma_pi_sq_others + vbar * s.sigma_pi_others)  # Σ_{i≠k} σ_i π_i (−π_i − v̄)
+    sigma_t = torch.sign(s.pi.tail - s.mu.tail)
     tail = sigma_t * count * pi_atom * (-pi_atom - vbar)
     return 0.5 * (k_term + head + tail)
 
 
-def dtv_agg(pair: ReducedPair) -> Tensor:
+def dtv_agg(pair: Pair) -> Tensor:
     """Ḋ_tv on S ∪ {tail}, the tail one atom. (N,)"""
-    return _tv_tail_atoms(pair, torch.ones_like(pair.pi.tail))
+    return _tv_tail_atoms(pair, torch.ones_like(as_sums(pair).pi.tail))
 
 
-def dtv_uniform(pair: ReducedPair, vocab_size: int) -> Tensor:
+def dtv_uniform(pair: Pair, vocab_size: int) -> Tensor:
     """Ḋ_tv with n − m tail atoms of mass π_tail/(n − m), µ_tail/(n − m). (N,)"""
     return _tv_tail_atoms(pair, _unseen(pair, vocab_size))
 

@@ -16,24 +16,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pdm_replay.math.support import ReducedPair, floored_log, log1mexp
+from pdm_replay.math.sums import PairSums, as_sums
+from pdm_replay.math.support import ReducedPair, kl_terms, log1mexp
 
 
-def _kl_terms(p: Tensor, logp: Tensor, logq: Tensor) -> Tensor:
-    """Elementwise ``p · (log p − log q)`` with logs floored at 1e-12 (0 where p = 0)."""
-    return p * (floored_log(logp) - floored_log(logq))
-
-
-def kl_topk(pair: ReducedPair) -> Tensor:
+def kl_topk(pair: ReducedPair | PairSums) -> Tensor:
     """``Σ_{i∈S} µ_i log(µ_i/π_i) + µ_tail log(µ_tail/π_tail)``, (N,). Lower bound of full KL."""
-    head = _kl_terms(pair.mu.p, pair.mu.logp, pair.pi.logp).sum(-1)
-    return head + _kl_terms(pair.mu.tail, pair.mu.log_tail, pair.pi.log_tail)
+    s = as_sums(pair)
+    return s.kl_head + kl_terms(s.mu.tail, s.mu.log_tail, s.pi.log_tail)
 
 
-def tv_topk(pair: ReducedPair) -> Tensor:
+def tv_topk(pair: ReducedPair | PairSums) -> Tensor:
     """``½ (Σ_{i∈S} |µ_i − π_i| + |µ_tail − π_tail|)``, (N,)."""
-    head = pair.diff.abs().sum(-1)
-    return 0.5 * (head + (pair.mu.tail - pair.pi.tail).abs())
+    s = as_sums(pair)
+    return 0.5 * (s.tv_head + (s.mu.tail - s.pi.tail).abs())
 
 
 def kl_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
@@ -42,8 +38,8 @@ def kl_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
     # 1 − µ_k from log space, as kl_topk's tail: exact as µ_k → 1, and kl_binary equals
     # kl_topk bit for bit on a support S = {k}
     log_rest = log1mexp(logp_mu_k.double())
-    rest = _kl_terms(torch.exp(log_rest), log_rest, log1mexp(logp_pi_k.double()))
-    return _kl_terms(mu_k, logp_mu_k.double(), logp_pi_k.double()) + rest
+    rest = kl_terms(torch.exp(log_rest), log_rest, log1mexp(logp_pi_k.double()))
+    return kl_terms(mu_k, logp_mu_k.double(), logp_pi_k.double()) + rest
 
 
 def tv_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
@@ -53,7 +49,7 @@ def tv_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
 
 def kl_exact(logp_mu: Tensor, logp_pi: Tensor) -> Tensor:
     """Full-vocabulary ``Σ_i µ_i log(µ_i/π_i)`` from normalised log-probs ``(N, V)``."""
-    return _kl_terms(torch.exp(logp_mu.double()), logp_mu.double(), logp_pi.double()).sum(-1)
+    return kl_terms(torch.exp(logp_mu.double()), logp_mu.double(), logp_pi.double()).sum(-1)
 
 
 def tv_exact(logp_mu: Tensor, logp_pi: Tensor) -> Tensor:

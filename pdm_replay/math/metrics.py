@@ -1,4 +1,4 @@
-"""All per-token statistics of tokens/v1 from one :class:`ReducedPair` (pure torch).
+"""All per-token statistics of tokens/v1 from one :class:`ReducedPair` or its sums (pure torch).
 
 Examples
 --------
@@ -21,7 +21,8 @@ from torch import Tensor
 from pdm_replay.math import direction as dr
 from pdm_replay.math import divergence as dv
 from pdm_replay.math.certificates import certify, dkl_interval
-from pdm_replay.math.support import ReducedPair
+from pdm_replay.math.direction import Pair
+from pdm_replay.math.sums import as_sums
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,14 @@ class TokenStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def token_stats(pair: ReducedPair, advantage: Tensor, vocab_size: int,
+def token_stats(pair: Pair, advantage: Tensor, vocab_size: int,
                 cap: Tensor | None = None) -> TokenStats:
     """Divergences, direction slopes and sign certificates of every token.
 
     ``advantage`` is ``(N,)``; ``cap`` ``(N,)`` bounds unseen µ_j (see
     :func:`~pdm_replay.math.certificates.unseen_cap`; None: only µ_tail bounds them).
     """
+    pair = as_sums(pair)  # every criterion below runs on (N,) tensors
     lmu, lpi = pair.mu.logp_k, pair.pi.logp_k
     lo, hi = dkl_interval(pair, vocab_size, cap)
     return TokenStats(

@@ -20,10 +20,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from pdm_replay.math.sums import PairSums
 
 PROB_FLOOR = 1e-12
 LOG_FLOOR = math.log(PROB_FLOOR)
@@ -59,42 +63,55 @@ def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
     Entries ``< 0`` are padding. A top-K entry equal to k, or to an earlier entry, is
     marked invalid, so both top-K conventions (plus_sampled, replace_last) give the same S.
     """
-    topk = topk_ids.long()
-    ids = torch.cat([token_id.long()[:, None], topk], dim=1)  # (N, M)
-    valid_topk = (topk >= 0) & ~_repeats(topk) & (topk != ids[:, :1])
+    ids = torch.cat([token_id.long()[:, None], topk_ids.long()], dim=1)  # (N, M)
+    topk = ids[:, 1:]
+    valid_topk = (topk >= 0) & (topk != ids[:, :1])
+    repeat = _repeats(topk_ids)
+    if repeat is not None:
+        valid_topk &= ~repeat
     return Support(ids=ids, valid=torch.cat([ids[:, :1] >= 0, valid_topk], dim=1))
 
 
-def _sorted_rows(x: Tensor) -> Tensor:
-    """Each row of ``x`` ``(N, K)`` sorted ascending.
+def _repeat_rows(topk: Tensor) -> Tensor | None:
+    """``(N,)`` bool: rows of ``topk`` ``(N, K)`` with an id twice; None when there are none.
 
-    On CPU numpy's SIMD sort is ~6x faster than ``torch.sort`` on rows this short
-    (benchmarks/README.md); the data stay put, ``from_numpy`` shares memory.
+    On CPU numpy's SIMD sort is ~6x faster than ``torch.sort`` on rows this short, and one
+    whole-array ``any`` settles the common case (validated logs have no repeats).
     """
-    if x.device.type == "cpu":
-        return torch.from_numpy(np.sort(x.numpy(), axis=1))
-    return torch.sort(x, dim=1).values
+    if topk.device.type == "cpu":
+        srt = np.sort(topk.numpy(), axis=1)
+        dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+        return torch.from_numpy(dup.any(1)) if dup.any() else None
+    srt = torch.sort(topk, dim=1).values
+    rows = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(1)
+    return rows if bool(rows.any()) else None
 
 
-def _repeats(topk: Tensor) -> Tensor:
-    """``(N, K)`` bool: True at every occurrence of an id after its first in the row."""
-    srt = _sorted_rows(topk)
-    rows = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(1)  # (N,) has a repeat
-    repeat = torch.zeros_like(topk, dtype=torch.bool)
-    if rows.any():  # rare (validated logs have none): a stable sort puts first occurrences first
-        dup = topk[rows]
-        srt, order = torch.sort(dup, dim=1, stable=True)
-        repeat[rows] = torch.zeros_like(dup, dtype=torch.bool).scatter_(
-            1, order[:, 1:], srt[:, 1:] == srt[:, :-1])
+def _repeats(topk: Tensor) -> Tensor | None:
+    """``(N, K)`` bool: True at every occurrence of an id after its first in the row;
+    None when no row repeats an id."""
+    rows = _repeat_rows(topk)
+    if rows is None:
+        return None
+    # rare: a stable sort of the affected rows puts first occurrences first
+    dup = topk[rows].long()
+    srt, order = torch.sort(dup, dim=1, stable=True)
+    repeat = torch.zeros(topk.shape, dtype=torch.bool, device=topk.device)
+    repeat[rows] = torch.zeros_like(dup, dtype=torch.bool).scatter_(
+        1, order[:, 1:], srt[:, 1:] == srt[:, :-1])
     return repeat
 
 
-def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Tensor) -> Tensor:
+def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Tensor,
+                            out: Tensor | None = None) -> Tensor:
     """Log-probs on the support ``(N, M)`` from log p(k) ``(N,)`` and top-K log-probs ``(N, K)``.
 
-    Invalid slots hold ``-inf``; k's value always comes from ``logp_k``.
+    Invalid slots hold ``-inf``; k's value always comes from ``logp_k``. Written into
+    ``out`` (float64 ``(N, M)``) when given, else into a new tensor.
     """
-    lp = torch.cat([logp_k.double()[:, None], topk_logprobs.double()], dim=1)  # a new tensor
+    lp = torch.empty(support.ids.shape, dtype=torch.float64) if out is None else out
+    lp[:, 0] = logp_k
+    lp[:, 1:] = topk_logprobs  # converts float32 logs to float64 in the same pass
     return lp.masked_fill_(~support.valid, -math.inf)
 
 
@@ -116,6 +133,11 @@ class Reduced:
     def logp_k(self) -> Tensor:
         return self.logp[:, 0]
 
+    def rows(self, rows: slice) -> "Reduced":
+        """The same distribution for a slice of the tokens (views, no copy)."""
+        return Reduced(p=self.p[rows], logp=self.logp[rows], tail=self.tail[rows],
+                       log_tail=self.log_tail[rows], mass=self.mass[rows])
+
 
 def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
     """Reduced distribution from log-probs on S ``(N, M)`` (``-inf`` where invalid).
@@ -131,11 +153,13 @@ def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
     # log Σ_S p = m + log1p(Σ_{i≠argmax} p_i / p_max): exact when one atom dominates,
     # where both log(Σ p) and 1 − Σ p lose the tail's leading digits.
     # The ratios come from exp(logp − max), not p / p_max: below log p ≈ −745 every p_i
-    # underflows to 0 and exp(−max) to inf, and 0·inf was NaN.
+    # underflows to 0 and exp(−max) to inf, and 0·inf was NaN; near the max they are also
+    # more accurate (checked against 60-digit arithmetic).
     top, arg = logp_s.max(-1, keepdim=True)
     rest = torch.exp(logp_s - top).scatter_(1, arg, 0.0).sum(-1)
-    lse = top[:, 0] + torch.log1p(rest)
-    lse = torch.where(torch.isfinite(top[:, 0]), lse, top[:, 0])  # empty support: -inf
+    top = top[:, 0]
+    lse = top + torch.log1p(rest)
+    lse = torch.where(torch.isfinite(top), lse, top)  # empty support: -inf
     log_tail = log1mexp(lse)
     mass = torch.exp(lse)
     return Reduced(p=p, logp=logp_s, tail=torch.exp(log_tail), log_tail=log_tail, mass=mass)
@@ -157,32 +181,27 @@ class ReducedPair:
     def overflow(self) -> Tensor:
         return self.mu.mass > 1.0 + MASS_TOLERANCE
 
-    # Intermediates shared by several divergences and slopes, computed once per pair.
     @cached_property
-    def diff(self) -> Tensor:
-        """``π_i − µ_i`` on S, (N, M)."""
-        return self.pi.p - self.mu.p
+    def sums(self) -> "PairSums":
+        """The per-token sums over S that every divergence and slope needs (cached)."""
+        from pdm_replay.math.sums import pair_sums  # sums builds on this module
 
-    @cached_property
-    def sigma(self) -> Tensor:
-        """``sign(π_i − µ_i)`` on S, (N, M); 0 where equal or invalid."""
-        return torch.sign(self.diff)
+        return pair_sums(self)
 
-    @cached_property
-    def pi_diff_others(self) -> Tensor:
-        """``Σ_{i∈S, i≠k} π_i (π_i − µ_i)``, (N,): the KL slopes' head sum."""
-        return (self.pi.p[:, 1:] * self.diff[:, 1:]).sum(-1)
 
-    @cached_property
-    def sigma_pi_others(self) -> Tensor:
-        """``σ_i π_i`` for ``i∈S, i≠k``, (N, M − 1): shared by every TV slope."""
-        return self.sigma[:, 1:] * self.pi.p[:, 1:]
+def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Tensor, Tensor]
+                       ) -> ReducedPair:
+    """Pair from logged ``(log p(k) (N,), top-K log-probs (N, K))`` of µ and of π.
 
-    @cached_property
-    def pi_sq_others(self) -> Tensor:
-        """``Σ_{i∈S, i≠k} π_i²``, (N,)."""
-        pi_o = self.pi.p[:, 1:]
-        return (pi_o * pi_o).sum(-1)
+    Both are gathered into one ``(2N, M)`` tensor and reduced together: one call per
+    operation instead of two, which matters on the small chunks the log-only path uses.
+    """
+    n, m = support.ids.shape
+    both = torch.empty((2, n, m), dtype=torch.float64)
+    gather_support_logprobs(support, *mu, out=both[0])
+    gather_support_logprobs(support, *pi, out=both[1])
+    red = reduce_logprobs(both.view(2 * n, m))
+    return ReducedPair(support, red.rows(slice(0, n)), red.rows(slice(n, 2 * n)))
 
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:
@@ -195,3 +214,8 @@ def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> Reduc
 def floored_log(logp: Tensor) -> Tensor:
     """Log-probabilities floored at log(1e-12), so ``0 · log 0`` terms vanish instead of NaN."""
     return torch.clamp(logp, min=LOG_FLOOR)
+
+
+def kl_terms(p: Tensor, logp: Tensor, logq: Tensor) -> Tensor:
+    """Elementwise ``p · (log p − log q)`` with logs floored at 1e-12 (0 where p = 0)."""
+    return p * (floored_log(logp) - floored_log(logq))

@@ -88,7 +88,7 @@ def _token_arrays(path: Path | str, vocab_size: int, top_k: int) -> dict[str, np
     for flat in iter_flat_tokens(path):
         keep = flat.loss_mask
         stats = log_stats(flat, vocab_size)
-        lp = torch.from_numpy(flat.topk_logprobs[:, :top_k])
+        lp = torch.from_numpy(flat.topk_logprobs[:, :top_k]).double()
         cols = {"mass": torch.logsumexp(lp, -1).exp().numpy(),
                 "disagree": direction_disagreement(stats).numpy()}
         cols.update({k: stats.as_dict()[k].numpy()
