@@ -56,6 +56,11 @@ class Support:
         """m = |S| per token, (N,) int64 (cached: several slopes and the masks need it)."""
         return self.valid.sum(-1)
 
+    @cached_property
+    def invalid(self) -> Tensor:
+        """``~valid`` (N, M), cached: every gather onto the support masks with it."""
+        return ~self.valid
+
 
 def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
     """Support of every token from the sampled ids ``(N,)`` and top-K ids ``(N, K)``.
@@ -63,13 +68,16 @@ def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
     Entries ``< 0`` are padding. A top-K entry equal to k, or to an earlier entry, is
     marked invalid, so both top-K conventions (plus_sampled, replace_last) give the same S.
     """
-    ids = torch.cat([token_id.long()[:, None], topk_ids.long()], dim=1)  # (N, M)
-    topk = ids[:, 1:]
-    valid_topk = (topk >= 0) & (topk != ids[:, :1])
+    n, k = topk_ids.shape
+    ids = torch.empty((n, k + 1), dtype=torch.int64, device=topk_ids.device)  # (N, M)
+    ids[:, 0] = token_id
+    ids[:, 1:] = topk_ids
+    valid = ids >= 0
+    valid[:, 1:] &= ids[:, 1:] != ids[:, :1]
     repeat = _repeats(topk_ids)
     if repeat is not None:
-        valid_topk &= ~repeat
-    return Support(ids=ids, valid=torch.cat([ids[:, :1] >= 0, valid_topk], dim=1))
+        valid[:, 1:] &= ~repeat
+    return Support(ids=ids, valid=valid)
 
 
 def _repeat_rows(topk: Tensor) -> Tensor | None:
@@ -112,7 +120,7 @@ def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Ten
     lp = torch.empty(support.ids.shape, dtype=torch.float64) if out is None else out
     lp[:, 0] = logp_k
     lp[:, 1:] = topk_logprobs  # converts float32 logs to float64 in the same pass
-    return lp.masked_fill_(~support.valid, -math.inf)
+    return lp.masked_fill_(support.invalid, -math.inf)
 
 
 @dataclass(frozen=True)

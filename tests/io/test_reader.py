@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,6 +76,26 @@ def test_loss_mask_null_row_means_all_true(tmp_path: Path) -> None:
                                                 dict(row, sample_id="b")], meta)
     flat = next(iter_flat_tokens(p))
     assert flat.loss_mask.tolist() == [True, False, True, True]
+
+
+def test_topk_arrays_stay_as_logged_and_loss_mask_is_read_directly(tmp_path: Path) -> None:
+    """float32 / int32 top-K columns are not widened (the math converts per chunk), and
+    float64 logs are not narrowed; a loss_mask without nulls is taken as stored."""
+    meta = RolloutMeta(vocab_size=10, top_k=2)
+    row = {"step": 0, "response_ids": [1, 2], "advantages": [1.0, 1.0],
+           "behavior_logprobs": [-1.0, -0.5], "topk_ids": [[1, 3], [2]],
+           "topk_logprobs": [[-1.0, -2.0], [-0.5]], "loss_mask": [False, True]}
+    p = write_rollouts(tmp_path / "l.parquet", [dict(row, sample_id="a")], meta)
+    flat = next(iter_flat_tokens(p))
+    assert flat.topk_ids.dtype == np.int32 and flat.topk_logprobs.dtype == np.float32
+    assert flat.topk_ids.tolist() == [[1, 3], [2, -1]]
+    assert flat.topk_logprobs.tolist() == [[-1.0, -2.0], [-0.5, -np.inf]]
+    assert flat.loss_mask.tolist() == [False, True]
+    table = pq.read_table(p)
+    wide = table.cast(pa.schema([f.with_type(pa.list_(pa.list_(pa.float64())))
+                                 if f.name == "topk_logprobs" else f for f in table.schema]))
+    pq.write_table(wide, tmp_path / "w.parquet")
+    assert next(iter_flat_tokens(tmp_path / "w.parquet")).topk_logprobs.dtype == np.float64
 
 
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:

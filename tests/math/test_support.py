@@ -16,6 +16,7 @@ from pdm_replay.math.support import (
     build_support,
     gather_support_logprobs,
     log1mexp,
+    reduce_logged_pair,
     reduce_logprobs,
     reduce_pair,
 )
@@ -68,6 +69,39 @@ def test_support_is_unique_topk_union_k(case: tuple[torch.Tensor, torch.Tensor, 
         assert len(kept) == len(set(kept))  # no id twice
         assert set(kept) == {int(k[i])} | {x for x in topk[i].tolist() if x >= 0}
         assert int(s.size[i]) == len(kept)
+
+
+@FAST
+@given(logged_rows())
+def test_support_is_the_same_for_logged_int32_ids(case: tuple[torch.Tensor, torch.Tensor, int]
+                                                  ) -> None:
+    """Logs store int32 ids; the reader keeps them so (no (N, K) conversion pass)."""
+    k, topk, _ = case
+    wide, narrow = build_support(k, topk), build_support(k.int(), topk.int())
+    assert narrow.ids.dtype == torch.int64
+    assert torch.equal(wide.ids, narrow.ids) and torch.equal(wide.valid, narrow.valid)
+
+
+@FAST
+@given(logged_rows(), st.integers(0, 2**31 - 1))
+def test_pair_reduced_together_equals_each_reduced_alone(
+        case: tuple[torch.Tensor, torch.Tensor, int], seed: int) -> None:
+    """reduce_logged_pair stacks µ and π into one (2N, M) tensor: the same bits as two
+    separate gathers and reductions, with float32 top-K logs converted on the way."""
+    k, topk, _ = case
+    g = torch.Generator().manual_seed(seed)
+    logp = lambda: -torch.rand(topk.shape, generator=g).float() * 5  # noqa: E731
+    mu_k, pi_k = -torch.rand(len(k), generator=g, dtype=F64), -torch.rand(len(k), generator=g,
+                                                                          dtype=F64)
+    mu_top, pi_top = logp(), logp()
+    s = build_support(k, topk)
+    alone = reduce_pair(s, gather_support_logprobs(s, mu_k, mu_top),
+                        gather_support_logprobs(s, pi_k, pi_top))
+    together = reduce_logged_pair(s, (mu_k, mu_top), (pi_k, pi_top))
+    for side in ("mu", "pi"):
+        a, b = getattr(alone, side), getattr(together, side)
+        for name in ("p", "logp", "tail", "log_tail", "mass"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), (side, name)
 
 
 @FAST
