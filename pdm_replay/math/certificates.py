@@ -30,8 +30,8 @@ import math
 import torch
 from torch import Tensor
 
-from pdm_replay.math.direction import Pair, _safe_div, _unseen, dkl_head
-from pdm_replay.math.sums import as_sums
+from pdm_replay.math.direction import _safe_div, _unseen, dkl_head
+from pdm_replay.math.sums import Pair, as_sums
 
 AWAY, UNCERTAIN, TOWARD = 1, 0, -1
 CERT_LABELS = {AWAY: "away", UNCERTAIN: "uncertain", TOWARD: "toward"}

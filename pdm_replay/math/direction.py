@@ -23,10 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pdm_replay.math.sums import PairSums, as_sums
-from pdm_replay.math.support import ReducedPair
-
-Pair = ReducedPair | PairSums  # every criterion takes either; a pair reduces to its sums once
+from pdm_replay.math.sums import Pair, as_sums
 
 
 def _unseen(pair: Pair, vocab_size: int) -> Tensor:

@@ -16,17 +16,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pdm_replay.math.sums import PairSums, as_sums
-from pdm_replay.math.support import ReducedPair, kl_terms, log1mexp
+from pdm_replay.math.sums import Pair, as_sums
+from pdm_replay.math.support import kl_terms, log1mexp
 
 
-def kl_topk(pair: ReducedPair | PairSums) -> Tensor:
+def kl_topk(pair: Pair) -> Tensor:
     """``Σ_{i∈S} µ_i log(µ_i/π_i) + µ_tail log(µ_tail/π_tail)``, (N,). Lower bound of full KL."""
     s = as_sums(pair)
     return s.kl_head + kl_terms(s.mu.tail, s.mu.log_tail, s.pi.log_tail)
 
 
-def tv_topk(pair: ReducedPair | PairSums) -> Tensor:
+def tv_topk(pair: Pair) -> Tensor:
     """``½ (Σ_{i∈S} |µ_i − π_i| + |µ_tail − π_tail|)``, (N,)."""
     s = as_sums(pair)
     return 0.5 * (s.tv_head + (s.mu.tail - s.pi.tail).abs())

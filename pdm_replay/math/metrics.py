@@ -21,8 +21,7 @@ from torch import Tensor
 from pdm_replay.math import direction as dr
 from pdm_replay.math import divergence as dv
 from pdm_replay.math.certificates import certify, dkl_interval
-from pdm_replay.math.direction import Pair
-from pdm_replay.math.sums import as_sums
+from pdm_replay.math.sums import Pair, as_sums
 
 
 @dataclass(frozen=True)

@@ -71,14 +71,12 @@ class PairSums:
     @staticmethod
     def cat(parts: Sequence["PairSums"]) -> "PairSums":
         """The sums of consecutive token chunks, concatenated in order."""
-        def join(objs: Sequence[object], cls: type) -> object:
-            out = {}
-            for f in fields(cls):
-                vals = [getattr(o, f.name) for o in objs]
-                out[f.name] = (join(vals, SideSums) if isinstance(vals[0], SideSums)
-                               else torch.cat(vals))
-            return cls(**out)
-        return join(parts, PairSums)  # type: ignore[return-value]
+        def side(name: str) -> SideSums:
+            return SideSums(**{f.name: torch.cat([getattr(getattr(p, name), f.name)
+                                                  for p in parts]) for f in fields(SideSums)})
+        rest = {f.name: torch.cat([getattr(p, f.name) for p in parts])
+                for f in fields(PairSums) if f.name not in ("mu", "pi")}
+        return PairSums(mu=side("mu"), pi=side("pi"), **rest)
 
 
 def _sum_others(x: Tensor) -> Tensor:
@@ -105,6 +103,9 @@ def pair_sums(pair: ReducedPair) -> PairSums:
         sigma_pi_others=sigma_pi.sum(-1), sigma_pi_sq_others=sigma_pi.mul_(pi.p).sum(-1))
 
 
-def as_sums(pair: ReducedPair | PairSums) -> PairSums:
+Pair = ReducedPair | PairSums  # every criterion takes either; a pair reduces to its sums once
+
+
+def as_sums(pair: Pair) -> PairSums:
     """``pair`` as :class:`PairSums` (a :class:`ReducedPair` computes and caches its own)."""
     return pair if isinstance(pair, PairSums) else pair.sums

@@ -117,7 +117,8 @@ def gather_support_logprobs(support: Support, logp_k: Tensor, topk_logprobs: Ten
     Invalid slots hold ``-inf``; k's value always comes from ``logp_k``. Written into
     ``out`` (float64 ``(N, M)``) when given, else into a new tensor.
     """
-    lp = torch.empty(support.ids.shape, dtype=torch.float64) if out is None else out
+    lp = (torch.empty(support.ids.shape, dtype=torch.float64, device=support.ids.device)
+          if out is None else out)
     lp[:, 0] = logp_k
     lp[:, 1:] = topk_logprobs  # converts float32 logs to float64 in the same pass
     return lp.masked_fill_(support.invalid, -math.inf)
@@ -205,7 +206,7 @@ def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Te
     operation instead of two, which matters on the small chunks the log-only path uses.
     """
     n, m = support.ids.shape
-    both = torch.empty((2, n, m), dtype=torch.float64)
+    both = torch.empty((2, n, m), dtype=torch.float64, device=support.ids.device)
     gather_support_logprobs(support, *mu, out=both[0])
     gather_support_logprobs(support, *pi, out=both[1])
     red = reduce_logprobs(both.view(2 * n, m))
