@@ -29,6 +29,7 @@ import torch
 
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
+from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches, read_meta
 from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
@@ -207,8 +208,8 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     keeps.update({n: 0 for n in names})
     rows = 0
     work = partial(_batch_tokens, vocab=vocab, meta=meta, masks=masks)
-    with (torch_threads(cfg.threads), AtomicParquetWriter(cfg.out, schema) as writer,
-          BackgroundSink(writer.write) as sink):
+    with (torch_threads(cfg.threads), threaded_arrow_pool(),
+          AtomicParquetWriter(cfg.out, schema) as writer, BackgroundSink(writer.write) as sink):
         for n_rows, table in ordered_map(work, prefetch(_record_batches(cfg)),
                                          workers=cfg.workers or default_workers()):
             if table is not None:
