@@ -55,6 +55,8 @@ def genuine_topk(topk_ids: Tensor, token_id: Tensor, top_k: int, convention: str
 
 def unseen_cap(topk_logprobs: Tensor, genuine: Tensor) -> Tensor:
     """Upper bound ``(N,)`` on any unseen µ_j: min genuine top-K probability (inf if none)."""
+    if topk_logprobs.shape[-1] == 0:  # nothing logged: nothing bounds the unseen tokens
+        return torch.full(topk_logprobs.shape[:1], math.inf, dtype=torch.float64)
     # the min is exact in the logged dtype (float32): convert the (N,) result, not (N, K)
     lp = topk_logprobs.masked_fill(~genuine, math.inf)
     return torch.exp(lp.amin(-1).double())

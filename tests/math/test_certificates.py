@@ -96,3 +96,14 @@ def test_certified_mask_follows_the_certificate() -> None:
         stats = token_stats(pair, torch.tensor([adv]), 3)
         assert stats.kl_topk.item() > 0.01
         assert bool(mask.keep(stats).item()) is kept
+
+
+def test_cap_is_infinite_without_genuine_entries_or_any_topk() -> None:
+    """No genuine slot, or no top-K column at all, bounds nothing: cap = inf (then only
+    µ_tail bounds the unseen µ_j). The min is taken in the logged dtype: float32 here."""
+    lp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], dtype=torch.float32)
+    genuine = torch.tensor([[True, False], [False, False]])
+    cap = unseen_cap(lp, genuine)
+    assert cap.dtype == torch.float64 and math.isclose(cap[0].item(), math.exp(-1.0), rel_tol=1e-15)
+    assert cap[1].item() == math.inf
+    assert unseen_cap(lp[:, :0], genuine[:, :0]).tolist() == [math.inf, math.inf]
