@@ -227,7 +227,8 @@ def _summarise(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens
     report.steps.update(batch.column("step").to_numpy(zero_copy_only=False).tolist())
     counts = np.bincount((flat.topk_ids != PAD_ID).sum(1))
     report.k_hist.update({k: int(c) for k, c in enumerate(counts) if c})
-    mass = np.exp(flat.topk_logprobs, dtype=np.float64).sum(1)  # padding slots hold -inf: exp gives 0
+    # float64 whatever the logged dtype; padding slots hold -inf, so exp gives 0
+    mass = np.exp(flat.topk_logprobs, dtype=np.float64).sum(1)
     report.masses.append(mass.astype(np.float32))
     report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
 
