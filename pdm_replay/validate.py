@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import (BATCH_TOKENS, PAD_ID, FlatTokens, flatten_batch,
                                   iter_record_batches, list_parquet_files)
-from pdm_replay.math.support import MASS_TOLERANCE
+from pdm_replay.math.support import mass_overflow
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
 
 LOGPROB_TOLERANCE = 1e-4  # log-probs up to this far above 0 are rounding, not errors
@@ -230,7 +230,7 @@ def _summarise(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens
     # float64 whatever the logged dtype; padding slots hold -inf, so exp gives 0
     mass = np.exp(flat.topk_logprobs, dtype=np.float64).sum(1)
     report.masses.append(mass.astype(np.float32))
-    report.warning_counts["mass-overflow"] += int((mass > 1 + MASS_TOLERANCE).sum())
+    report.warning_counts["mass-overflow"] += int(mass_overflow(mass).sum())
 
 
 def check_sample_ids(batch: pa.RecordBatch, file: str, first_row: int,

@@ -29,7 +29,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from pdm_replay.math.support import MASS_TOLERANCE, Reduced, ReducedPair, kl_terms
+from pdm_replay.math.support import Reduced, ReducedPair, kl_terms, mass_overflow
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class PairSums:
     @property
     def overflow(self) -> Tensor:
         """``(N,)`` bool: the logged µ mass on S exceeds 1 beyond rounding."""
-        return self.mu.mass > 1.0 + MASS_TOLERANCE
+        return mass_overflow(self.mu.mass)
 
     @staticmethod
     def cat(parts: Sequence["PairSums"]) -> "PairSums":
@@ -79,14 +79,14 @@ class PairSums:
         return PairSums(mu=side("mu"), pi=side("pi"), **rest)
 
 
-def _sum_others(x: Tensor) -> Tensor:
-    """Row sums of the temporary ``x`` ``(N, M)`` without column 0 (k), zeroed in place.
+def _without_k(x: Tensor) -> Tensor:
+    """The temporary ``x`` ``(N, M)`` with column 0 (k) zeroed in place, for sums over i ≠ k.
 
-    A contiguous (N, M) pass plus an (N,) write is several times faster than summing the
-    strided slice ``x[:, 1:]``.
+    A contiguous (N, M) row sum plus an (N,) write is several times faster than summing
+    the strided slice ``x[:, 1:]``.
     """
     x[:, 0] = 0.0
-    return x.sum(-1)
+    return x
 
 
 def pair_sums(pair: ReducedPair) -> PairSums:
@@ -94,12 +94,12 @@ def pair_sums(pair: ReducedPair) -> PairSums:
     mu, pi = pair.mu, pair.pi
     diff = pi.p - mu.p  # (N, M), 0 where invalid
     sigma = torch.sign(diff)
-    sigma_pi = sigma * pi.p
-    sigma_pi[:, 0] = 0.0
+    sigma_pi = _without_k(sigma * pi.p)
     return PairSums(
         mu=SideSums.of(mu), pi=SideSums.of(pi), m=pair.m, sigma_k=sigma[:, 0].contiguous(),
         kl_head=kl_terms(mu.p, mu.logp, pi.logp).sum(-1), tv_head=diff.abs().sum(-1),
-        pi_diff_others=_sum_others(pi.p * diff), pi_sq_others=_sum_others(pi.p * pi.p),
+        pi_diff_others=_without_k(pi.p * diff).sum(-1),
+        pi_sq_others=_without_k(pi.p * pi.p).sum(-1),
         sigma_pi_others=sigma_pi.sum(-1), sigma_pi_sq_others=sigma_pi.mul_(pi.p).sum(-1))
 
 

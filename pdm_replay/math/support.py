@@ -35,6 +35,11 @@ MASS_TOLERANCE = 1e-4  # logged top-K mass above 1 + this counts as "mass overfl
 _LN2 = math.log(2.0)
 
 
+def mass_overflow(mass: Tensor | np.ndarray) -> Tensor | np.ndarray:
+    """Where a logged mass on S ``(N,)`` exceeds 1 by more than rounding (``MASS_TOLERANCE``)."""
+    return mass > 1.0 + MASS_TOLERANCE
+
+
 def log1mexp(x: Tensor) -> Tensor:
     """``log(1 - exp(x))`` for ``x <= 0``, accurate at both ends (Mächler 2012).
 
@@ -188,7 +193,7 @@ class ReducedPair:
 
     @property
     def overflow(self) -> Tensor:
-        return self.mu.mass > 1.0 + MASS_TOLERANCE
+        return mass_overflow(self.mu.mass)
 
     @cached_property
     def sums(self) -> "PairSums":
@@ -215,8 +220,7 @@ def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Te
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:
     """Pair the reduced µ and π given their log-probs on ``support`` (both ``(N, M)``)."""
-    invalid = ~support.valid
-    mask = lambda lp: lp.double().masked_fill(invalid, -math.inf)  # noqa: E731
+    mask = lambda lp: lp.double().masked_fill(support.invalid, -math.inf)  # noqa: E731
     return ReducedPair(support, reduce_logprobs(mask(logp_mu_s)), reduce_logprobs(mask(logp_pi_s)))
 
 
