@@ -167,7 +167,8 @@ def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Roll
     _raise_first(report)
     if flat is None:
         return batch.num_rows, None
-    return batch.num_rows, token_table(flat, log_stats(flat, vocab, meta), masks)
+    stats = log_stats(flat, vocab, meta, validated=True)  # check_batch passed: no repeats
+    return batch.num_rows, token_table(flat, stats, masks)
 
 
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,

@@ -35,28 +35,31 @@ SUPPORT_CHUNK = 1 << 12  # tokens per support pass: (N, K+1) float64 temporaries
 CERT_NAMES = pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())  # code + 1 -> label
 
 
-def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
-              ) -> TokenStats:
+def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None, *,
+              validated: bool = False) -> TokenStats:
     """Token statistics from logged µ and logged π (log-only mode). N = ``len(flat)``.
 
     ``meta`` (top-K size and convention) lets the sign certificate use the smallest genuine
     top-K probability as a bound on unseen tokens; without it only µ_tail bounds them.
+    ``validated=True`` says ``flat`` passed ``validate``'s checks
+    (:func:`~pdm_replay.validate.check_batch`), so no top-K row repeats an id.
     The ``(N, K + 1)`` support math runs ``SUPPORT_CHUNK`` tokens at a time, so each
     temporary stays in L2; the per-token math then runs once on the ``(N,)`` sums.
     """
     if flat.train_logprobs is None or flat.train_topk_logprobs is None:
         raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
-    parts = [log_pair_sums(flat.select(slice(s, s + SUPPORT_CHUNK)))
+    parts = [log_pair_sums(flat.select(slice(s, s + SUPPORT_CHUNK)), known_unique=validated)
              for s in range(0, max(len(flat), 1), SUPPORT_CHUNK)]
     sums = parts[0] if len(parts) == 1 else PairSums.cat(parts)
     return token_stats(sums, torch.from_numpy(flat.advantage), vocab_size,
                        cap=log_cap(flat, meta) if meta is not None else None)
 
 
-def log_pair_sums(flat: FlatTokens) -> PairSums:
-    """:class:`PairSums` ``(N,)`` of logged µ and π on each token's support."""
+def log_pair_sums(flat: FlatTokens, *, known_unique: bool = False) -> PairSums:
+    """:class:`PairSums` ``(N,)`` of logged µ and π on each token's support
+    (``known_unique``: see :func:`~pdm_replay.math.support.build_support`)."""
     t = torch.from_numpy
-    support = build_support(t(flat.token_id), t(flat.topk_ids))
+    support = build_support(t(flat.token_id), t(flat.topk_ids), known_unique=known_unique)
     return pair_sums(reduce_logged_pair(
         support, (t(flat.logp_behavior), t(flat.topk_logprobs)),
         (t(flat.train_logprobs), t(flat.train_topk_logprobs))))

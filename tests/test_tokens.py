@@ -27,6 +27,7 @@ def test_support_chunks_change_no_bit(small_log: Path, chunk: int,
                                                t(flat.train_topk_logprobs)))
     want = token_stats(pair, t(flat.advantage), meta.vocab_size, tk.log_cap(flat, meta))
     monkeypatch.setattr(tk, "SUPPORT_CHUNK", chunk)
-    got = tk.log_stats(flat, meta.vocab_size, meta)
-    for name, value in want.as_dict().items():
-        assert torch.equal(got.as_dict()[name], value), name
+    for validated in (False, True):  # a validated log skips only the repeated-id search
+        got = tk.log_stats(flat, meta.vocab_size, meta, validated=validated)
+        for name, value in want.as_dict().items():
+            assert torch.equal(got.as_dict()[name], value), (name, validated)

@@ -103,3 +103,20 @@ def test_max_errors_lists_few_but_counts_all(tmp_path: Path, small_log: Path,
         row["advantages"] = [float("nan")] * len(row["advantages"])
     r = validate_log(_write(tmp_path, small_rows, small_log), max_errors=3)
     assert len(r.errors) == 3 and r.error_count == 48
+
+
+def test_behavior_mismatch_compares_k_wherever_it_sits_in_the_row(small_log: Path) -> None:
+    from dataclasses import replace
+
+    from pdm_replay.io.reader import iter_flat_tokens
+    from pdm_replay.validate import _behavior_mismatch
+
+    flat = next(iter_flat_tokens(small_log))
+    ids, lp = flat.topk_ids.copy(), flat.topk_logprobs.copy()
+    ids[:3] = -1  # rows 0-2: k only in slot 3, at µ_k (row 0), 0.5 away (row 1), 1e-4 (row 2)
+    ids[:3, 3] = flat.token_id[:3]
+    lp[:3, 3] = flat.logp_behavior[:3] + [0.0, 0.5, 1e-4]
+    ids[3, ids[3] == flat.token_id[3]] = -1  # row 3: k absent, nothing to compare
+    lp[3] = flat.logp_behavior[3] - 9.0
+    bad = _behavior_mismatch(replace(flat, topk_ids=ids, topk_logprobs=lp))
+    assert bad is not None and bad[:4].tolist() == [False, True, False, False]

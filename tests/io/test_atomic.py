@@ -5,7 +5,8 @@ import pytest
 
 import pyarrow.parquet as pq
 
-from pdm_replay.io.atomic import AtomicParquetWriter, dictionary_columns, write_table_atomic
+from pdm_replay.io.atomic import (AtomicParquetWriter, dictionary_columns, float_columns,
+                                  write_table_atomic)
 
 
 def test_exception_leaves_nothing(tmp_path: Path) -> None:
@@ -34,14 +35,31 @@ def test_output_has_ordinary_permissions(tmp_path: Path) -> None:
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
 
 
-def test_dictionary_encoding_only_for_columns_that_are_not_floats(tmp_path: Path) -> None:
+def _column_meta(path: Path) -> dict:
+    meta = pq.ParquetFile(path).metadata
+    return {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i)
+            for i in range(meta.num_columns)}
+
+
+def test_floats_split_bytes_without_statistics_others_dictionary_with_statistics(
+        tmp_path: Path) -> None:
     table = pa.table({"sample_id": ["a", "b"] * 50, "ids": [[1, 2], [3]] * 50,
                       "logp": [[-0.5, -1.0], [-2.0]] * 50, "kl": [0.1, 0.2] * 50})
     assert dictionary_columns(table.schema) == ["sample_id", "ids.list.element"]
-    meta = pq.ParquetFile(write_table_atomic(tmp_path / "t.parquet", table)).metadata
-    encodings = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).encodings
-                 for i in range(meta.num_columns)}
-    assert "RLE_DICTIONARY" in encodings["sample_id"]
-    assert "RLE_DICTIONARY" in encodings["ids.list.element"]
-    assert "RLE_DICTIONARY" not in encodings["logp.list.element"]
-    assert "RLE_DICTIONARY" not in encodings["kl"]
+    assert float_columns(table.schema) == ["logp.list.element", "kl"]
+    out = write_table_atomic(tmp_path / "t.parquet", table)
+    cols = _column_meta(out)
+    for name in ("sample_id", "ids.list.element"):
+        assert "RLE_DICTIONARY" in cols[name].encodings and cols[name].is_stats_set
+    for name in ("logp.list.element", "kl"):
+        assert "BYTE_STREAM_SPLIT" in cols[name].encodings
+        assert "RLE_DICTIONARY" not in cols[name].encodings and not cols[name].is_stats_set
+    assert pq.read_table(out).equals(table)
+
+
+def test_other_codecs_take_no_zstd_level(tmp_path: Path) -> None:
+    schema = pa.schema([("x", pa.float64())])
+    for codec, stored in (("none", "UNCOMPRESSED"), ("snappy", "SNAPPY"), ("lz4", "LZ4")):
+        with AtomicParquetWriter(tmp_path / f"{codec}.parquet", schema, compression=codec) as w:
+            w.write(pa.table({"x": [1.5, 2.5]}))
+        assert _column_meta(tmp_path / f"{codec}.parquet")["x"].compression == stored

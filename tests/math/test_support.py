@@ -82,6 +82,16 @@ def test_support_is_the_same_for_logged_int32_ids(case: tuple[torch.Tensor, torc
     assert torch.equal(wide.ids, narrow.ids) and torch.equal(wide.valid, narrow.valid)
 
 
+def test_known_unique_skips_only_the_repeat_search() -> None:
+    # k = 5, row [5, 2, -1, 7]: no id twice, so the promise holds and S is the same.
+    k, clean = torch.tensor([5]), torch.tensor([[5, 2, -1, 7]])
+    fast, full = build_support(k, clean, known_unique=True), build_support(k, clean)
+    assert torch.equal(fast.valid, full.valid) and fast.size.tolist() == [3]
+    # Row [2, 2]: a broken promise keeps the repeat (validate rejects such rows first).
+    dup = build_support(torch.tensor([5]), torch.tensor([[2, 2]]), known_unique=True)
+    assert dup.valid[0].tolist() == [True, True, True]
+
+
 @FAST
 @given(logged_rows(), st.integers(0, 2**31 - 1))
 def test_pair_reduced_together_equals_each_reduced_alone(
