@@ -4,8 +4,8 @@ Builds synthetic rollout logs (K = 20) of the requested sizes, then, for each si
 fresh child processes (so peak RSS is per measurement):
   baseline: pyarrow reads every column `masks` needs, batch by batch, flattening the lists;
   masks:    run_masks() end to end (read, validate, metrics, 11 masks, write tokens/v1).
-Prints wall times, the ratio masks/baseline (target <= 3x) and peak RSS (target <= 1.5 GB,
-flat as the log grows).
+Prints wall times, the ratio masks/baseline (target <= 3x), CPU seconds of all threads and
+peak RSS (target <= 1.5 GB, flat as the log grows).
 
     python benchmarks/bench_masks.py --tokens 2000000 8000000
 """
@@ -62,13 +62,23 @@ def peak_rss_gib() -> float:
     return kib / 1024 ** 2
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+
 def _child(fn_name: str, path: str, queue: mp.Queue) -> None:
+    import pyarrow.parquet  # noqa: F401  imports stay out of both clocks
+    import pdm_replay.run_masks  # noqa: F401
+    cpu = _cpu_seconds()
     seconds = globals()[fn_name](path)
-    queue.put((seconds, peak_rss_gib()))
+    queue.put((seconds, _cpu_seconds() - cpu, peak_rss_gib()))
 
 
-def measure(fn_name: str, path: Path) -> tuple[float, float]:
-    """(seconds, peak RSS in GiB) of ``fn_name`` run in a fresh process."""
+def measure(fn_name: str, path: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of all threads, peak RSS in GiB) of ``fn_name`` run in
+    a fresh process. CPU seconds vary less than wall time on a shared machine, and show
+    how much of the cores a run keeps busy."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(fn_name, str(path), queue))
@@ -84,8 +94,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_masks_"))
-    print(f"{'tokens':>10} {'read s':>8} {'masks s':>8} {'ratio':>6} {'read RSS':>9} "
-          f"{'masks RSS':>9}")
+    print(f"{'tokens':>10} {'read s':>8} {'masks s':>8} {'ratio':>6} {'read CPU':>9} "
+          f"{'masks CPU':>9} {'read RSS':>9} {'masks RSS':>9}")
     for tokens in args.tokens:
         log = workdir / f"log_{tokens}.parquet"
         if not log.exists():  # in a child too: building holds the whole log in memory
@@ -95,10 +105,11 @@ def main() -> None:
             proc.join()
             if proc.exitcode:
                 raise SystemExit(f"building {log} failed (exit code {proc.exitcode})")
-        read_s, read_rss = measure("_baseline", log)
-        masks_s, masks_rss = measure("_masks", log)
+        read_s, read_cpu, read_rss = measure("_baseline", log)
+        masks_s, masks_cpu, masks_rss = measure("_masks", log)
         print(f"{tokens:>10} {read_s:>8.2f} {masks_s:>8.2f} {masks_s / read_s:>5.2f}x "
-              f"{read_rss:>7.2f}GB {masks_rss:>7.2f}GB", flush=True)
+              f"{read_cpu:>8.2f}s {masks_cpu:>8.2f}s {read_rss:>7.2f}GB {masks_rss:>7.2f}GB",
+              flush=True)
 
 
 if __name__ == "__main__":
