@@ -148,7 +148,7 @@ def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatc
     cut to at most ``WORK_TOKENS`` tokens each."""
     seen: set[str] = set()
     for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows,
-                                                     max_tokens=BATCH_TOKENS):
+                                                  max_tokens=BATCH_TOKENS):
         _check_batch_has_train(batch, file, first)
         report = ValidationReport(str(file), max_errors=1)
         check_sample_ids(batch, str(file), first, report, seen)

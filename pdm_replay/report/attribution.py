@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pdm_replay.report.db import ReportDB, named_queries
+from pdm_replay.report.db import ReportDB
 
 QUERIES = "queries_attribution.sql"
 ATTRIBUTION_NOTE = ("the attribution section is empty: no updates row carries delta_kl_lin; "
@@ -39,10 +39,6 @@ ATTRIBUTION_NOTE = ("the attribution section is empty: no updates row carries de
                     "term that separates geometry from interference)")
 SHARE_COLUMNS = frozenset({"geometry_share", "interference_share", "curvature_share",
                            "parameter_space_share", "curvature_all_share"})
-
-
-def _named(db: ReportDB, name: str, params: dict) -> pl.DataFrame:
-    return db.query(named_queries(QUERIES)[name], params)
 
 
 def attribution_split(db: ReportDB, *, update_mask: str = "none",
@@ -58,7 +54,7 @@ def attribution_split(db: ReportDB, *, update_mask: str = "none",
     n_curvature_all and their shares of n_errors. Empty without attribution columns.
     """
     name = "attribution_split_by_seed" if by_seed else "attribution_split"
-    return _named(db, name, {"update_mask": update_mask})
+    return db.named(name, {"update_mask": update_mask}, sql_file=QUERIES)
 
 
 def attribution_points(db: ReportDB, *, update_mask: str = "none",
@@ -66,10 +62,11 @@ def attribution_points(db: ReportDB, *, update_mask: str = "none",
     """Out-of-region KL tokens kept by ``update_mask`` with the realized change
     ``delta_d`` and its parts ``lin``, ``curv``, ``self_term``, ``cross_term`` (at most
     ``limit`` rows, a fixed pseudo-random sample), for plots."""
-    return _named(db, "attribution_points", {"update_mask": update_mask, "limit": limit})
+    params = {"update_mask": update_mask, "limit": limit}
+    return db.named("attribution_points", params, sql_file=QUERIES)
 
 
 def attribution_coverage(db: ReportDB) -> pl.DataFrame:
     """Per update mask: updates rows, rows with the linear term, rows with the self term,
     and mean |curvature| / mean |linear| over all tokens."""
-    return _named(db, "attribution_coverage", {})
+    return db.named("attribution_coverage", {}, sql_file=QUERIES)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pdm_replay.report.db import ReportDB, named_queries
+from pdm_replay.report.db import ReportDB
 
 QUERIES = "queries_certificates.sql"
 SHARE_COLUMNS = frozenset({"uncertain_share", "agg_inside_share", "uniform_inside_share",
@@ -33,4 +33,4 @@ def certificate_summary(db: ReportDB, *, tol: float = 1e-6) -> pl.DataFrame:
     and the share of tokens whose agg / uniform / exact slope lies in [dkl_lo, dkl_hi]
     (exact within ``tol``; null without ``dkl_exact``). Empty for runs written before
     certificates existed."""
-    return db.query(named_queries(QUERIES)["certificate_summary"], {"tol": tol})
+    return db.named("certificate_summary", {"tol": tol}, sql_file=QUERIES)

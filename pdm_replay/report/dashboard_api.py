@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
-from pdm_replay.report.db import ReportDB, connect, load_sql, named_queries
+from pdm_replay.report.db import ReportDB, connect, load_sql
 from pdm_replay.report.run import RunInfo, discover_run
 
 QUERIES = "dashboard_queries.sql"
@@ -147,10 +147,6 @@ def connect_dashboard(source: Path | str, **connect_kwargs: Any) -> tuple[Report
     return db, status
 
 
-def _named(db: ReportDB, name: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
-    return db.query(named_queries(QUERIES)[name], params)
-
-
 @dataclass(frozen=True)
 class DisagreementFilter:
     """Filters of the Disagreements page; None means any.
@@ -187,12 +183,12 @@ class DisagreementFilter:
 
 def seeds(db: ReportDB) -> list[int | None]:
     """The run's seeds, ascending (``[None]`` for a ``masks`` output)."""
-    return _named(db, "seeds")["seed"].to_list()
+    return db.named("seeds", sql_file=QUERIES)["seed"].to_list()
 
 
 def disagreement_count(db: ReportDB, flt: DisagreementFilter) -> int:
     """Number of disagreement tokens that pass ``flt``."""
-    return int(_named(db, "disagreement_count", flt.params())["n"][0])
+    return int(db.named("disagreement_count", flt.params(), sql_file=QUERIES)["n"][0])
 
 
 def disagreement_page(db: ReportDB, flt: DisagreementFilter, *, sort: str = "key",
@@ -208,27 +204,30 @@ def disagreement_page(db: ReportDB, flt: DisagreementFilter, *, sort: str = "key
         raise ValueError(f"sort {sort!r}: one of {SORT_COLUMNS}")
     if limit < 1 or offset < 0:
         raise ValueError(f"limit {limit} must be >= 1 and offset {offset} >= 0")
-    return _named(db, "disagreement_page", {**flt.params(), "sort": sort,
-                                            "descending": descending, "limit": limit,
-                                            "offset": offset})
+    params = {**flt.params(), "sort": sort, "descending": descending, "limit": limit,
+              "offset": offset}
+    return db.named("disagreement_page", params, sql_file=QUERIES)
 
 
 def token_row(db: ReportDB, seed: int | None, sample_id: str, pos: int) -> pl.DataFrame:
     """The tokens/v1 row of one token (every contract column; absent ones null); 0 or 1 row."""
-    return _named(db, "token_row", {"seed": seed, "sample_id": sample_id, "pos": pos})
+    key = {"seed": seed, "sample_id": sample_id, "pos": pos}
+    return db.named("token_row", key, sql_file=QUERIES)
 
 
 def token_updates(db: ReportDB, seed: int | None, sample_id: str, pos: int) -> pl.DataFrame:
     """The token's updates/v1 rows, one per simulated update mask (empty without a replay)."""
-    return _named(db, "token_updates", {"seed": seed, "sample_id": sample_id, "pos": pos})
+    key = {"seed": seed, "sample_id": sample_id, "pos": pos}
+    return db.named("token_updates", key, sql_file=QUERIES)
 
 
 def response_tokens(db: ReportDB, seed: int | None, sample_id: str, pos: int,
                     window: int = 48) -> pl.DataFrame:
     """``pos`` and ``token_id`` of the sample's loss tokens within ``window`` of ``pos``
     (positions outside the loss mask are not in tokens/v1, so they are gaps)."""
-    return _named(db, "response_tokens", {"seed": seed, "sample_id": sample_id,
-                                          "first": pos - window, "last": pos + window})
+    params = {"seed": seed, "sample_id": sample_id, "first": pos - window,
+              "last": pos + window}
+    return db.named("response_tokens", params, sql_file=QUERIES)
 
 
 def value_histogram(db: ReportDB, column: str, *, bins: int = 60,
@@ -237,18 +236,19 @@ def value_histogram(db: ReportDB, column: str, *, bins: int = 60,
     when ``log``). ``column``: kl_topk, tv_topk, mu_mass (1 - µ tail), pi_mass."""
     if column not in HISTOGRAM_COLUMNS:
         raise ValueError(f"column {column!r}: one of {HISTOGRAM_COLUMNS}")
-    return _named(db, "value_histogram", {"column": column, "bins": int(bins), "log": log})
+    params = {"column": column, "bins": int(bins), "log": log}
+    return db.named("value_histogram", params, sql_file=QUERIES)
 
 
 def mass_quantiles(db: ReportDB) -> pl.DataFrame:
     """Quantiles of the top-K mass of µ (``mu_mass``) and π_pre (``pi_mass``) per token."""
-    return _named(db, "mass_quantiles")
+    return db.named("mass_quantiles", sql_file=QUERIES)
 
 
 def estimator_sample(db: ReportDB, *, limit: int = 5000) -> pl.DataFrame:
     """A fixed pseudo-random sample of tokens: KL slope estimators (agg, uniform), the exact
     slope (null without a behaviour checkpoint), the feasible interval and out_of_region."""
-    return _named(db, "estimator_sample", {"limit": limit})
+    return db.named("estimator_sample", {"limit": limit}, sql_file=QUERIES)
 
 
 def support_masses(token: Mapping[str, Any], updates: pl.DataFrame) -> pl.DataFrame:
@@ -300,14 +300,14 @@ def support_distribution(db: ReportDB, seed: int | None, sample_id: str, pos: in
     >>> db.close()
     """
     key = {"seed": seed, "sample_id": sample_id, "pos": pos}
-    tok = _named(db, "token_support", key)
+    tok = db.named("token_support", key, sql_file=QUERIES)
     if tok.is_empty() or tok["support_ids"][0] is None:
         return pl.DataFrame(schema=SUPPORT_SCHEMA)
     row = tok.row(0, named=True)
     ids = row["support_ids"]
     dists = [("µ", row["support_logp_mu"], row["mu_tail"]),
              ("π_pre", row["support_logp_pre"], row["pi_tail"])]
-    post = _named(db, "token_support_post", key)
+    post = db.named("token_support_post", key, sql_file=QUERIES)
     for mask, logp in post.iter_rows():
         if update_masks is None or mask in update_masks:
             dists.append((f"π_post[{mask}]", logp, None))

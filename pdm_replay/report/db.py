@@ -100,9 +100,10 @@ class ReportDB:
         table = self.con.sql(sql, params=dict(params) if params else None).to_arrow_table()
         return pl.DataFrame(pl.from_arrow(table))
 
-    def named(self, name: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
-        """Run the API query ``name`` of ``pdm_replay/sql/queries.sql`` with ``params``."""
-        return self.query(named_queries()[name], params)
+    def named(self, name: str, params: Mapping[str, Any] | None = None, *,
+              sql_file: str = "queries.sql") -> pl.DataFrame:
+        """Run the query ``name`` of ``pdm_replay/sql/<sql_file>`` with ``params``."""
+        return self.query(named_queries(sql_file)[name], params)
 
     def arrow_batches(self, sql: str, params: Mapping[str, Any] | None = None,
                       batch_rows: int = 65536) -> pa.RecordBatchReader:
