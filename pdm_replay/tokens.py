@@ -112,7 +112,8 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     """
     keep = apply_masks(dict(masks), stats)
     sel = flat.loss_mask
-    pick = (lambda v: v) if sel.all() else (lambda v: v[sel])  # noqa: E731; usually all
+    every = bool(sel.all())  # usually: then nothing is copied
+    pick = (lambda v: v) if every else (lambda v: v[sel])  # noqa: E731
     cols: dict[str, np.ndarray] = {"step": pick(flat.step), "pos": pick(flat.pos),
                                    "token_id": pick(flat.token_id)}
     cols.update({k: pick(v.numpy()) for k, v in stats.as_dict().items()})
@@ -123,8 +124,9 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
         cols["seed"] = np.full(n, seed, dtype=np.int64)
     schema = tokens_schema(masks, replay=seed is not None,
                            exact=bool(extra and "kl_exact" in extra))
-    sel_arr = pa.array(sel)
-    arrays = {k: v.filter(sel_arr).cast(schema.field(k).type) for k, v in (lists or {}).items()}
+    sel_arr = None if every else pa.array(sel)
+    arrays = {k: (v if every else v.filter(sel_arr)).cast(schema.field(k).type)
+              for k, v in (lists or {}).items()}
     arrays["sample_id"] = runs_to_arrow(pick(flat.sample_id), pick(flat.row))
     arrays["direction_certified"] = CERT_NAMES.take(pa.array(cols["direction_certified"] + 1))
     arrays.update({f.name: pa.nulls(n, f.type) for f in schema
