@@ -26,7 +26,7 @@ from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
 from pdm_replay.math.sums import PairSums, pair_sums
-from pdm_replay.math.support import build_support, reduce_logged_pair
+from pdm_replay.math.support import Support, build_support, reduce_logged_pair
 from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
 from pdm_replay.schema import RolloutMeta, tokens_schema
 
@@ -83,6 +83,22 @@ def support_list(values: np.ndarray, valid: np.ndarray, type_: pa.DataType) -> p
     offsets = np.zeros(len(valid) + 1, dtype=np.int32)
     np.cumsum(valid.sum(1), out=offsets[1:])
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[valid], type=type_))
+
+
+def support_logp_list(logp_s: torch.Tensor, valid: np.ndarray) -> pa.ListArray:
+    """:func:`support_list` of log-probs on S ``(N, M)`` (any device), as float32: K+1
+    floats per token are plenty for the dashboard's per-token view."""
+    return support_list(logp_s.cpu().float().numpy(), valid, pa.float32())
+
+
+def support_lists(support: Support, logp_mu_s: torch.Tensor, logp_pi_s: torch.Tensor
+                  ) -> dict[str, pa.ListArray]:
+    """tokens/v1's ``support_ids``, ``support_logp_mu`` and ``support_logp_pre`` ``(N,)``:
+    the support and log µ, log π_pre on it ``(N, M)``, invalid slots dropped."""
+    valid = support.valid.cpu().numpy()
+    return {"support_ids": support_list(support.ids.cpu().numpy(), valid, pa.int32()),
+            "support_logp_mu": support_logp_list(logp_mu_s, valid),
+            "support_logp_pre": support_logp_list(logp_pi_s, valid)}
 
 
 def runs_to_arrow(values: np.ndarray, run_key: np.ndarray) -> pa.Array:

@@ -26,7 +26,7 @@ from pdm_replay.math.support import (Reduced, ReducedPair, Support, build_suppor
 from pdm_replay.replay.recompute import SupportStats
 from pdm_replay.run_masks import THRESHOLDS_KEY
 from pdm_replay.schema import UPDATES_V1
-from pdm_replay.tokens import support_list, token_table
+from pdm_replay.tokens import support_logp_list, support_lists, token_table
 
 NULL_WHERE_NAN = frozenset({"delta_kl_self", "delta_kl_cross"})  # attribution sample only
 
@@ -48,16 +48,8 @@ class PreUpdate:
                 "dkl_exact": self.pi.dkl_exact().numpy()}
 
     def support_lists(self) -> dict[str, pa.Array]:
-        """``support_ids``, ``support_logp_mu``, ``support_logp_pre``: lists over S per token
-        (N,), invalid slots dropped; float32 keeps them at K+1 floats per token."""
-        valid = self.support.valid.cpu().numpy()
-        return {"support_ids": support_list(self.support.ids.cpu().numpy(), valid, pa.int32()),
-                "support_logp_mu": _f32_list(self.mu.logp, valid),
-                "support_logp_pre": _f32_list(self.pi.logp_s, valid)}
-
-
-def _f32_list(logp_s: Tensor, valid: np.ndarray) -> pa.Array:
-    return support_list(logp_s.cpu().float().numpy(), valid, pa.float32())
+        """The support list columns of tokens/v1 (:func:`~pdm_replay.tokens.support_lists`)."""
+        return support_lists(self.support, self.mu.logp, self.pi.logp_s)
 
 
 def log_support(flat: FlatTokens) -> tuple[Support, Reduced]:
@@ -96,7 +88,8 @@ def post_columns(pre: PreUpdate, post: SupportStats) -> dict[str, Tensor | pa.Ar
     cols = {"logp_post": post.logp_k, "kl_topk_post": kl, "tv_topk_post": tv,
             "delta_kl_topk": kl - pre.stats.kl_topk, "delta_tv_topk": tv - pre.stats.tv_topk,
             "delta_logp": post.logp_k - pre.pi.logp_k,
-            "support_logp_post": _f32_list(post.logp_s, pre.support.valid.cpu().numpy())}
+            "support_logp_post": support_logp_list(post.logp_s,
+                                                   pre.support.valid.cpu().numpy())}
     if post.exact is not None and pre.pi.exact is not None:
         cols["kl_exact_post"] = post.exact.kl_exact
         cols["delta_kl_exact"] = post.exact.kl_exact - pre.pi.exact.kl_exact

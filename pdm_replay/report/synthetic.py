@@ -40,7 +40,7 @@ from pdm_replay.masks import MASKS, Thresholds, build_masks
 from pdm_replay.math.support import build_support, gather_support_logprobs
 from pdm_replay.run_masks import THRESHOLDS_KEY
 from pdm_replay.schema import UPDATES_V1
-from pdm_replay.tokens import log_stats, support_list, token_table
+from pdm_replay.tokens import log_stats, support_lists, token_table
 
 UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform", "dppo_topk_tv",
                 "pdm_tv_agg", "pdm_tv_uniform")
@@ -79,14 +79,10 @@ def _support_lists(flat: FlatTokens) -> dict[str, pa.Array]:
     """µ and π_pre over each token's support, as the replay writes them."""
     t = torch.from_numpy
     sup = build_support(t(flat.token_id), t(flat.topk_ids))
-    valid = sup.valid.numpy()
-    def logp(k: np.ndarray, topk: np.ndarray) -> np.ndarray:
-        return gather_support_logprobs(sup, t(k), t(topk)).float().numpy()
-    return {"support_ids": support_list(sup.ids.numpy(), valid, pa.int32()),
-            "support_logp_mu": support_list(logp(flat.logp_behavior, flat.topk_logprobs),
-                                            valid, pa.float32()),
-            "support_logp_pre": support_list(logp(flat.train_logprobs,
-                                                  flat.train_topk_logprobs), valid, pa.float32())}
+    return support_lists(sup, gather_support_logprobs(sup, t(flat.logp_behavior),
+                                                      t(flat.topk_logprobs)),
+                         gather_support_logprobs(sup, t(flat.train_logprobs),
+                                                 t(flat.train_topk_logprobs)))
 
 
 def _support_post(tok: pa.Table, logp_post: np.ndarray) -> pa.Array:
