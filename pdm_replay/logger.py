@@ -52,8 +52,9 @@ class RolloutLogger:
     shards of data-parallel ranks apart. ``rows_per_shard=0`` writes one shard per
     :meth:`log` call; a positive value buffers samples until that many are pending.
     Top-K tensors: zero-padded (``zero_padded_topk``, the rule of
-    :mod:`pdm_replay.ingest.padded`), genuine top-K first; ``sampled_first=True`` for
-    tensors whose slot 0 holds the sampled token (the DPPO fork's layout).
+    :mod:`pdm_replay.ingest.padded`), in the order ``topk_convention`` says: genuine
+    top-K first and the sampled token (if outside) after them (``plus_sampled``), or K
+    slots whose last one the sampled token overwrites when outside (``replace_last``).
     ``on_error="skip"`` drops a sample that fails the ``validate`` checks (with a warning)
     instead of raising.
     """
@@ -64,7 +65,7 @@ class RolloutLogger:
                  temperature: float | None = None, top_p: float | None = None,
                  top_k_sampling: int | None = None, tokenizer: str | None = None,
                  rank: int = 0, rows_per_shard: int = 0, zero_padded_topk: bool = True,
-                 sampled_first: bool = False, on_error: str = "raise") -> None:
+                 on_error: str = "raise") -> None:
         if meta is None and vocab_size is None:
             raise ValueError("RolloutLogger needs vocab_size (the logits width) or meta")
         if on_error not in ON_ERROR:
@@ -77,7 +78,7 @@ class RolloutLogger:
             temperature=temperature, top_p=top_p, top_k_sampling=top_k_sampling,
             tokenizer=tokenizer, extra={"source_format": "RolloutLogger"})
         self.rank, self.rows_per_shard = rank, rows_per_shard
-        self.zero_padded, self.sampled_first = zero_padded_topk, sampled_first
+        self.zero_padded = zero_padded_topk
         self.on_error = on_error
         self.session, self.rejected, self.shards = _session(), 0, []
         self._pending: list[pa.Table] = []
@@ -136,7 +137,7 @@ class RolloutLogger:
             train_logprobs=opt(train_logprobs), train_topk_logprobs=opt(train_topk_logprobs),
             prompt_ids=opt(prompt_ids), prompt_mask=opt(prompt_mask),
             group_id=None if group_ids is None else [str(g) for g in _tolist(group_ids)],
-            reward=opt(rewards), sampled_first=self.sampled_first)
+            reward=opt(rewards))
         return self._add(step, batch)
 
     def log_verl(self, batch: Any, step: int) -> int:
@@ -144,11 +145,20 @@ class RolloutLogger:
 
         Keys as in :mod:`pdm_replay.ingest.verl` (``responses``, ``attention_mask``,
         ``prompts``, ``response_mask``, ``rollout_log_probs``, ``old_log_probs``,
-        ``advantages``, ``uid``, the DPPO fork's ``rollout_topk_*``).
+        ``advantages``, ``uid``, Stable-RL's ``rollout_topk_*``). Those top-K tensors are
+        ``replace_last``: a logger of another convention refuses them (create it with
+        :func:`pdm_replay.integrations.verl.rollout_logger`).
         """
-        from pdm_replay.ingest.verl import padded_from_verl
+        from pdm_replay.ingest.verl import CONVENTION, padded_from_verl
 
         data = {**dict(batch.batch.items()), **dict(getattr(batch, "non_tensor_batch", {}))}
+        if data.get("rollout_topk_token_ids") is not None and \
+                self.meta.topk_convention != CONVENTION:
+            raise ValueError(f"RolloutLogger({self.directory}) records topk_convention="
+                             f"{self.meta.topk_convention!r}, but verl's rollout_topk_* "
+                             f"tensors are {CONVENTION!r}: create the logger with "
+                             f"topk_convention={CONVENTION!r} (or "
+                             "pdm_replay.integrations.verl.rollout_logger)")
         padded = padded_from_verl(data, step, "")
         padded.sample_id = self._ids(step, len(padded.sample_id), data.get("sample_id"))
         padded.step = np.full(len(padded.sample_id), int(step))

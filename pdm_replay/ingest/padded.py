@@ -17,11 +17,12 @@ Pure numpy + Arrow, vectorised; no torch import.
 4. a token id listed twice (the sampled token next to its own top-K entry) keeps its
    first slot; two different log-probs for one id reject the sample.
 
-**Slot order.** ``plus_sampled`` logs must list the genuine top-K first and the sampled
-token (when outside them) last: the sign certificates trust the first ``top_k`` slots as
-real top-K entries. With ``sampled_first=True`` (the DPPO fork: slot 0 holds the sampled
-token, slots 1.. the top-K) a slot 0 equal to the sampled token is moved behind the
-others before rule 4, so it survives only when it is not a top-K entry.
+**Slot order** is kept as given. ``plus_sampled`` logs must list the genuine top-K first
+and the sampled token (when outside them) last: the sign certificates trust the first
+``top_k`` slots as real top-K entries. ``replace_last`` logs (sail-sg/Stable-RL's
+``rollout_topk_*`` tensors, vLLM's OpenAI server) hold K slots in rank order whose last
+slot is the sampled token when it is outside the top-K; the certificates never trust
+that slot.
 
 Examples
 --------
@@ -73,7 +74,6 @@ class PaddedBatch:
     reward: np.ndarray | None = None  # (B,)
     # Optional fields some samples lack: name -> (B,) bool, True where the sample has it.
     present: dict[str, np.ndarray] = field(default_factory=dict)
-    sampled_first: bool = False  # slot 0 of the top-K holds the sampled token (DPPO fork)
 
     def has(self, name: str) -> np.ndarray:
         """(B,) bool: which samples carry optional field ``name``."""
@@ -194,16 +194,6 @@ class _Layout:
                                         mask=mask)
 
 
-def _rotation(batch: PaddedBatch, lay: _Layout) -> Any:
-    """Slot permutation of the N real positions: with ``sampled_first``, a slot 0 holding
-    the sampled token moves to the end (see the slot-order note of the module)."""
-    if not batch.sampled_first:
-        return lambda a: a
-    tokens = np.asarray(batch.response_ids)[lay.b, lay.t]
-    first = np.asarray(batch.topk_ids)[lay.b, lay.t, 0] == tokens  # (N,)
-    return lambda a: np.where(first[:, None], np.roll(a, -1, axis=1), a)
-
-
 def _topk_columns(batch: PaddedBatch, lay: _Layout, zero_padded: bool
                   ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """Compacted top-K columns (padding rule), the slot ids (N, K) and conflicts (N, K)."""
@@ -214,11 +204,9 @@ def _topk_columns(batch: PaddedBatch, lay: _Layout, zero_padded: bool
                  "topk_logprobs": lay.nested(none, np.zeros(0, np.float32), pa.float32(),
                                              every)}, np.zeros((n, 0), np.int64),
                 np.zeros((n, 0), dtype=bool))
-    rotate = _rotation(batch, lay)
-    ids = rotate(np.asarray(batch.topk_ids)[lay.b, lay.t])
-    lps = rotate(np.asarray(batch.topk_logprobs, dtype=np.float64)[lay.b, lay.t])
-    valid = (None if batch.topk_valid is None
-             else rotate(np.asarray(batch.topk_valid)[lay.b, lay.t]))
+    ids = np.asarray(batch.topk_ids)[lay.b, lay.t]
+    lps = np.asarray(batch.topk_logprobs, dtype=np.float64)[lay.b, lay.t]
+    valid = None if batch.topk_valid is None else np.asarray(batch.topk_valid)[lay.b, lay.t]
     keep = topk_keep(ids, lps, valid, zero_padded)
     repeat, conflict = first_occurrences(ids, keep, lps)
     keep &= ~repeat
@@ -228,7 +216,7 @@ def _topk_columns(batch: PaddedBatch, lay: _Layout, zero_padded: bool
                                         every)}
     if batch.train_topk_logprobs is not None:
         has = batch.has("train_topk_logprobs")
-        tr = rotate(np.asarray(batch.train_topk_logprobs, dtype=np.float32)[lay.b, lay.t])
+        tr = np.asarray(batch.train_topk_logprobs, dtype=np.float32)[lay.b, lay.t]
         cols["train_topk_logprobs"] = lay.nested(inner, tr[keep & has[lay.b][:, None]],
                                                  pa.float32(), has)
     return cols, ids, conflict

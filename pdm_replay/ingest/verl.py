@@ -1,7 +1,11 @@
-"""``verl``: batch dumps of a verl-style trainer (``torch.save`` of a dict, or ``.npz``).
+"""``verl``: batch dumps of verl (and its DPPO fork sail-sg/Stable-RL): ``torch.save`` of a
+dict, or ``.npz``.
 
-Keys (verl ``DataProto.batch`` / ``non_tensor_batch`` names; B samples, P prompt and T
-response positions, K top-K slots):
+The dump is the batch right after ``compute_advantage`` in ``RayPPOTrainer.fit``
+(verl 0.9.1 ``verl/trainer/ppo/ray_trainer.py``), saved as
+``torch.save({**batch.batch, **batch.non_tensor_batch, "global_steps": step}, path)``.
+Keys (``DataProto.batch`` / ``non_tensor_batch`` names; B samples, P prompt and T response
+positions, K top-K slots):
 
 =========================== ============ =============================================
 key                         shape        becomes
@@ -14,10 +18,11 @@ key                         shape        becomes
 ``rollout_log_probs``       (B, T)       ``behavior_logprobs`` (required)
 ``old_log_probs``           (B, T)       ``train_logprobs``
 ``advantages``              (B, T)       ``advantages``
-``rollout_topk_token_ids``  (B, T, K)    ``topk_ids`` (DPPO fork; zero-padded)
-``rollout_topk_logprobs``   (B, T, K)    ``topk_logprobs`` (``rollout_topk_log_probs`` too)
-``rollout_topk_valid_mask`` (B, T, K)    authoritative padding mask when present
-``old_topk_log_probs``      (B, T, K)    ``train_topk_logprobs`` (log pi_old at the top-K)
+``rollout_topk_token_ids``  (B, T, K)    ``topk_ids`` (Stable-RL)
+``rollout_topk_logprobs``   (B, T, K)    ``topk_logprobs`` (Stable-RL)
+``old_topk_log_probs``      (B, T, K)    ``train_topk_logprobs``; not written by verl or
+                                         Stable-RL: log pi_old at the top-K ids, if you
+                                         add it (log-only ``pdm-replay masks``)
 ``uid``                     (B,) str     ``group_id``
 ``token_level_scores``      (B, T)       ``reward`` (sum over the response), or
 ``rewards``                 (B,)         ``reward``
@@ -26,15 +31,30 @@ key                         shape        becomes
 ``temperature``, ``top_p``, ``top_k``    sampler settings for the footer
 =========================== ============ =============================================
 
-The top-K tensors are zero-padded, slot 0 holding the sampled token and slots 1.. the
-top-K (the DPPO fork's layout): see the padding rule and slot order in
-:mod:`pdm_replay.ingest.padded`. ``torch.load`` runs with ``weights_only=True``, so the dump
-must hold only tensors, arrays of numbers, strings, lists and numbers (not a pickled
-``DataProto``: save ``{**batch.batch, **batch.non_tensor_batch}``).
+**Top-K layout** (sail-sg/Stable-RL, read from its source): the rollout servers
+(``verl/workers/rollout/vllm_rollout/vllm_async_server.py``, ``generate``: the vLLM
+``Logprob`` dict sorted by ``rank``, first ``k = max(1, logprobs)``; and
+``verl/workers/rollout/sglang_rollout/async_sglang_server.py``, ``generate``:
+``output_top_logprobs`` sorted by log-prob) keep K entries in rank order and, when the
+sampled token is not among them, overwrite the last slot with it: ``replace_last``.
+``AgentLoopWorker._agent_loop_postprocess`` (``verl/experimental/agent_loop/
+agent_loop.py``) pads the rows past the response with id 0 / log-prob 0.0 to
+(B, T, K); the padding rule of :mod:`pdm_replay.ingest.padded` drops them. Log-probs
+are vLLM's ``processed_logprobs`` by default (``rollout.logprobs_mode`` in verl's
+``trainer/config/rollout/rollout.yaml``): ``processed``.
+
+**Safe loading.** ``torch.load`` runs with ``weights_only=True``; the only globals added
+are the numpy ones plain arrays need (``ndarray``, ``dtype`` and its classes,
+``_reconstruct``, ``scalar``), so the ``non_tensor_batch`` arrays load while anything
+else (a pickled ``DataProto``, an arbitrary class inside an object array) is refused with
+its name. Object arrays load only with their plain Python contents; of them only
+``uid`` and ``sample_id`` are read. ``.npz`` files load with ``allow_pickle=False`` and
+only the keys above are read.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -44,32 +64,77 @@ from pdm_replay.ingest.padded import (PaddedBatch, as_numpy, check_shapes, lengt
                                       mapping_get)
 from pdm_replay.ingest.records import IngestError, Location, Reject, Rows
 
-CONVENTION = "plus_sampled"
-LOGPROBS_MODE = "raw"
+CONVENTION = "replace_last"
+LOGPROBS_MODE = "processed"
 SOURCE_NAMES = {"response_ids": "responses", "behavior_logprobs": "rollout_log_probs",
                 "topk_ids": "rollout_topk_token_ids", "topk_logprobs": "rollout_topk_logprobs",
-                "topk_valid": "rollout_topk_valid_mask", "loss_mask": "response_mask",
-                "train_logprobs": "old_log_probs", "train_topk_logprobs": "old_topk_log_probs",
-                "prompt_ids": "prompts", "prompt_mask": "attention_mask[:, :P]",
-                "reward": "rewards", "lengths": "attention_mask"}
+                "loss_mask": "response_mask", "train_logprobs": "old_log_probs",
+                "train_topk_logprobs": "old_topk_log_probs", "prompt_ids": "prompts",
+                "prompt_mask": "attention_mask[:, :P]", "reward": "rewards",
+                "lengths": "attention_mask"}
 SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k_sampling"}
+KEYS = ("responses", "attention_mask", "prompts", "response_mask", "rollout_log_probs",
+        "old_log_probs", "advantages", "rollout_topk_token_ids", "rollout_topk_logprobs",
+        "old_topk_log_probs", "uid", "token_level_scores", "rewards", "global_steps", "step",
+        "sample_id", *SAMPLING_KEYS)
+STRING_KEYS = ("uid", "sample_id")
+RECIPE = "torch.save({**batch.batch, **batch.non_tensor_batch, 'global_steps': step}, path)"
+
+
+def numpy_safe_globals() -> list[Any]:
+    """The numpy globals a pickled plain array needs under ``weights_only=True``.
+
+    Found from the objects themselves (numpy 1.x and 2.x place ``_reconstruct`` in
+    different modules): the array reconstructor, ``ndarray``, ``dtype``, the dtype
+    classes of booleans, numbers, strings, bytes and objects, and the scalar builder.
+    """
+    kinds = "?bBhHiIlLqQefdgFDGUSO"
+    return [np.zeros(0).__reduce__()[0], np.ndarray, np.dtype, np.float64(0).__reduce__()[0],
+            *{type(np.dtype(c)) for c in kinds}]
+
+
+def _torch_dump(path: Path) -> Any:
+    import pickle
+
+    import torch
+    try:
+        with torch.serialization.safe_globals(numpy_safe_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = found.group(1) if found else str(exc).splitlines()[0]
+        raise IngestError(f"the dump holds a pickled object a safe load refuses ({what}); "
+                          f"save plain tensors and arrays: {RECIPE}") from None
+
+
+def _npz_dump(path: Path) -> dict[str, Any]:
+    out = {}
+    with np.load(path, allow_pickle=False) as npz:
+        for key in (k for k in KEYS if k in npz.files):
+            try:
+                out[key] = npz[key]
+            except ValueError:  # an object array: needs pickle, which stays off
+                raise IngestError(f"key {key!r} is an object array, which .npz cannot load "
+                                  f"without pickle; save it as strings: {key}="
+                                  f"batch.non_tensor_batch[{key!r}].astype(str)") from None
+    return out
 
 
 def load_dump(path: Path) -> dict[str, Any]:
-    """The dict of a ``.npz`` or ``torch.save`` dump (safe loaders only)."""
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    import torch
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    """The dict of a ``.npz`` or ``torch.save`` dump (safe loaders only, see the module)."""
+    data = _npz_dump(path) if path.suffix == ".npz" else _torch_dump(path)
     if not isinstance(data, Mapping):
         raise IngestError(f"the dump holds a {type(data).__name__}, expected a dict of "
-                          "tensors (torch.save({**batch.batch, **batch.non_tensor_batch}))")
+                          f"tensors and arrays ({RECIPE})")
     return dict(data)
 
 
-def _strings(value: Any) -> list[str]:
-    return [str(v) for v in (value.tolist() if hasattr(value, "tolist") else value)]
+def _strings(key: str, value: Any) -> list[str]:
+    items = value.tolist() if hasattr(value, "tolist") else list(value)
+    bad = next((v for v in items if not isinstance(v, (str, int, np.integer))), None)
+    if bad is not None:
+        raise ValueError(f"{key} holds a {type(bad).__name__}, expected one string per sample")
+    return [str(v) for v in items]
 
 
 def _response_lengths(data: Mapping, b: int, t: int) -> np.ndarray:
@@ -123,23 +188,20 @@ def padded_from_verl(data: Mapping, step: int, id_prefix: str) -> PaddedBatch:
     b, t = responses.shape
     lengths = _response_lengths(data, b, t)
     prompts, prompt_mask = _prompt(data, t)
-    get = lambda *names: (None if (v := mapping_get(data, *names)) is None  # noqa: E731
-                          else as_numpy(v))
+    get = lambda name: None if data.get(name) is None else as_numpy(data[name])  # noqa: E731
     ids = data.get("sample_id")
     step_value = mapping_get(data, "global_steps", "step")
     return PaddedBatch(
-        sample_id=_strings(ids) if ids is not None else [f"{id_prefix}#{i}" for i in range(b)],
+        sample_id=(_strings("sample_id", ids) if ids is not None
+                   else [f"{id_prefix}#{i}" for i in range(b)]),
         step=np.full(b, int(as_numpy(step_value)) if step_value is not None else step),
         response_ids=responses, lengths=lengths, advantages=get("advantages"),
-        behavior_logprobs=get("rollout_log_probs"),
-        topk_ids=get("rollout_topk_token_ids"),
-        topk_logprobs=get("rollout_topk_logprobs", "rollout_topk_log_probs"),
-        topk_valid=get("rollout_topk_valid_mask"),
-        loss_mask=get("response_mask"), train_logprobs=get("old_log_probs"),
-        train_topk_logprobs=get("old_topk_log_probs"),
+        behavior_logprobs=get("rollout_log_probs"), topk_ids=get("rollout_topk_token_ids"),
+        topk_logprobs=get("rollout_topk_logprobs"), loss_mask=get("response_mask"),
+        train_logprobs=get("old_log_probs"), train_topk_logprobs=get("old_topk_log_probs"),
         prompt_ids=prompts, prompt_mask=prompt_mask,
-        group_id=_strings(data["uid"]) if data.get("uid") is not None else None,
-        reward=_reward(data, lengths), sampled_first=True)
+        group_id=_strings("uid", data["uid"]) if data.get("uid") is not None else None,
+        reward=_reward(data, lengths))
 
 
 def sampling_from(data: Mapping) -> dict[str, Any]:

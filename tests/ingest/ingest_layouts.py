@@ -156,9 +156,15 @@ def sglang_record(truth: Truth, i: int) -> dict:
 
 
 def verl_arrays(truth: Truth, pad_t: int = 8, pad_p: int = 6) -> dict[str, np.ndarray]:
-    """A verl batch: left-padded prompts, right-padded responses, DPPO (B, T, K + 2) top-K
-    with slot 0 = the sampled token, then the top-K, then a zero-padded slot."""
-    b, w = len(truth.rows), K + 2
+    """A verl batch as sail-sg/Stable-RL lays it out: left-padded prompts, right-padded
+    responses, ``rollout_topk_*`` of shape (B, T, K) in rank order with the sampled token
+    in the last slot when it is outside the top-K, rows past the response zero-padded
+    (``vllm_async_server.generate`` and ``AgentLoopWorker._agent_loop_postprocess``).
+
+    ``truth`` must be a ``replace_last`` truth: its rows are exactly those K slots.
+    """
+    assert truth.meta.topk_convention == "replace_last"
+    b = len(truth.rows)
     out = {"prompts": np.zeros((b, pad_p), np.int64), "responses": np.zeros((b, pad_t), np.int64),
            "attention_mask": np.zeros((b, pad_p + pad_t), np.int64),
            "response_mask": np.zeros((b, pad_t), np.int64),
@@ -166,12 +172,12 @@ def verl_arrays(truth: Truth, pad_t: int = 8, pad_p: int = 6) -> dict[str, np.nd
            "old_log_probs": np.zeros((b, pad_t), np.float32),
            "advantages": np.zeros((b, pad_t), np.float32),
            "token_level_scores": np.zeros((b, pad_t), np.float32),
-           "rollout_topk_token_ids": np.zeros((b, pad_t, w), np.int64),
-           "rollout_topk_logprobs": np.zeros((b, pad_t, w), np.float32),
-           "old_topk_log_probs": np.zeros((b, pad_t, w), np.float32),
-           "uid": np.array([r["group_id"] for r in truth.rows])}
-    for i, (row, pos) in enumerate(zip(truth.rows, truth.positions)):
-        p, t = len(row["prompt_ids"]), len(pos)
+           "rollout_topk_token_ids": np.zeros((b, pad_t, K), np.int64),
+           "rollout_topk_logprobs": np.zeros((b, pad_t, K), np.float32),
+           "old_topk_log_probs": np.zeros((b, pad_t, K), np.float32),
+           "uid": np.array([r["group_id"] for r in truth.rows], dtype=object)}
+    for i, row in enumerate(truth.rows):
+        p, t = len(row["prompt_ids"]), len(row["response_ids"])
         out["prompts"][i, pad_p - p:] = row["prompt_ids"]
         out["attention_mask"][i, pad_p - p:pad_p + t] = 1
         out["responses"][i, :t] = row["response_ids"]
@@ -180,11 +186,9 @@ def verl_arrays(truth: Truth, pad_t: int = 8, pad_p: int = 6) -> dict[str, np.nd
         out["old_log_probs"][i, :t] = row["train_logprobs"]
         out["advantages"][i, :t] = row["advantages"]
         out["token_level_scores"][i, t - 1] = row["reward"]
-        for j, q in enumerate(pos):
-            slots = [q.k, *q.top]
-            out["rollout_topk_token_ids"][i, j, :K + 1] = slots
-            out["rollout_topk_logprobs"][i, j, :K + 1] = [q.mu[s] for s in slots]
-            out["old_topk_log_probs"][i, j, :K + 1] = [q.pi[s] for s in slots]
+        out["rollout_topk_token_ids"][i, :t] = row["topk_ids"]
+        out["rollout_topk_logprobs"][i, :t] = row["topk_logprobs"]
+        out["old_topk_log_probs"][i, :t] = row["train_topk_logprobs"]
     return out
 
 

@@ -95,7 +95,8 @@ def test_skip_with_nothing_usable_keeps_only_rejects(tmp_path: Path) -> None:
 
 
 def _npz(tmp_path: Path, edit) -> Path:
-    arrays = verl_arrays(make_truth(loss_mask=False))
+    arrays = verl_arrays(make_truth(loss_mask=False, convention="replace_last"))
+    arrays["uid"] = arrays["uid"].astype(str)
     edit(arrays)
     np.savez(tmp_path / "batch.npz", **arrays)
     return tmp_path / "batch.npz"

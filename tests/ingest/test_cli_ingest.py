@@ -30,8 +30,10 @@ def test_ingest_vllm_then_validate(tmp_path: Path) -> None:
 def test_ingest_directory_of_verl_dumps(tmp_path: Path) -> None:
     (tmp_path / "dumps").mkdir()
     for step in range(2):
-        truth = make_truth(n=3, seed=step)
-        np.savez(tmp_path / "dumps" / f"step{step}.npz", **verl_arrays(truth))
+        truth = make_truth(n=3, seed=step, convention="replace_last")
+        arrays = verl_arrays(truth)
+        np.savez(tmp_path / "dumps" / f"step{step}.npz", **{**arrays,
+                                                           "uid": arrays["uid"].astype(str)})
     out = tmp_path / "log.parquet"
     res = runner.invoke(app, ["ingest", "--from", "verl", str(tmp_path / "dumps"),
                               "-o", str(out), "--vocab-size", str(VOCAB)])

@@ -99,26 +99,32 @@ def test_sglang(tmp_path: Path, truth: Truth) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".pt"])
-def test_verl_dump_zero_padded_topk(tmp_path: Path, suffix: str) -> None:
+def test_verl_dump_stable_rl_topk(tmp_path: Path, suffix: str) -> None:
+    """Stable-RL's (B, T, K) replace_last tensors come out as logged, in rank order."""
     ids = [f"batch{suffix}#{i}" for i in range(6)]
-    truth = make_truth(ids=ids, step=7)
+    truth = make_truth(ids=ids, step=7, convention="replace_last")
     arrays = verl_arrays(truth)
     arrays["global_steps"] = np.array(7)
     # genuine token id 0 with a real log-prob must survive the zero-padding rule
     assert (arrays["rollout_topk_token_ids"][arrays["rollout_topk_logprobs"] < 0] == 0).any()
     path = tmp_path / f"batch{suffix}"
-    if suffix == ".npz":
-        np.savez(path, **arrays)
-    else:
-        tensors = {k: (torch.from_numpy(v) if v.dtype.kind != "U" else v.tolist())
-                   for k, v in arrays.items()}
-        torch.save(tensors, path)
+    if suffix == ".npz":  # the documented npz recipe: strings as a str array
+        np.savez(path, **{**arrays, "uid": arrays["uid"].astype(str)})
+    else:  # tensors next to the object-array uid verl keeps in non_tensor_batch
+        torch.save({k: v if v.dtype == object else torch.from_numpy(v)
+                    for k, v in arrays.items()}, path)
     _roundtrip(tmp_path, truth, IngestConfig("verl", (path,), tmp_path / "log.parquet",
                                              vocab_size=VOCAB))
     got = pq.read_table(tmp_path / "log.parquet")
-    # slot 0 (the sampled token) repeated in the top-K was dropped, zero padding too
-    for r, row in zip(got["topk_ids"].to_pylist(), truth.rows):
-        assert [sorted(p) for p in r] == [sorted(p) for p in row["topk_ids"]]
+    meta = read_meta(tmp_path / "log.parquet")
+    assert (meta.topk_convention, meta.top_k, meta.logprobs_mode) == (
+        "replace_last", K, "processed")
+    # zero padding past the response dropped; the K slots of each position kept in order,
+    # the sampled token in the last slot where it is outside the top-K
+    assert got["topk_ids"].to_pylist() == [row["topk_ids"] for row in truth.rows]
+    replaced = [(p.k not in p.top, r[-1] == p.k) for row, pos in
+                zip(got["topk_ids"].to_pylist(), truth.positions) for r, p in zip(row, pos)]
+    assert any(out for out, _ in replaced) and all(last for out, last in replaced if out)
 
 
 def test_columns_parquet_scalar_advantage(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _log_truth_tensors(logger: RolloutLogger, truth, step: int) -> int:
     """The trainer call: padded torch tensors (bf16 behaviour log-probs included)."""
-    a = {k: (torch.from_numpy(v) if v.dtype.kind != "U" else v) for k, v in
+    a = {k: (v if v.dtype == object else torch.from_numpy(v)) for k, v in
          verl_arrays(truth).items()}
     p = a["prompts"].shape[1]
     return logger.log(step, response_ids=a["responses"], response_mask=a["response_mask"],
@@ -41,8 +40,9 @@ def _log_truth_tensors(logger: RolloutLogger, truth, step: int) -> int:
 
 
 def test_tensor_logging_matches_direct_write(tmp_path: Path) -> None:
-    truth = make_truth(n=6)
-    with RolloutLogger(tmp_path / "run", vocab_size=VOCAB, sampled_first=True) as lg:
+    truth = make_truth(n=6, convention="replace_last")
+    with RolloutLogger(tmp_path / "run", vocab_size=VOCAB,
+                       topk_convention="replace_last") as lg:
         assert _log_truth_tensors(lg, truth, 0) == 6
     assert len(lg.shards) == 1 and read_meta(tmp_path / "run").top_k == 4
     report = validate_log(tmp_path / "run")
@@ -75,9 +75,10 @@ def test_ragged_lists_and_bf16(tmp_path: Path) -> None:
 def test_buffering_and_exception_keeps_logged_samples(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="trainer crashed"):
         with RolloutLogger(tmp_path / "run", vocab_size=VOCAB, rows_per_shard=3,
-                           sampled_first=True) as lg:
+                           topk_convention="replace_last") as lg:
             for step in range(3):
-                truth = make_truth(n=2, seed=step, ids=[f"s{step}-{i}" for i in range(2)])
+                truth = make_truth(n=2, seed=step, ids=[f"s{step}-{i}" for i in range(2)],
+                                   convention="replace_last")
                 _log_truth_tensors(lg, truth, step)
             raise RuntimeError("trainer crashed")
     # 2 + 2 samples reach the threshold at step 1; step 2's are flushed on the way out
@@ -95,18 +96,6 @@ def test_bad_samples_raise_or_skip(tmp_path: Path) -> None:
         with RolloutLogger(tmp_path / "b", vocab_size=VOCAB, on_error="skip") as lg:
             assert lg.log(0, **args) == 1
     assert lg.rejected == 1 and pq.read_table(tmp_path / "b").num_rows == 1
-
-
-def test_log_verl_dataproto(tmp_path: Path) -> None:
-    arrays = verl_arrays(make_truth(n=4))
-    batch = SimpleNamespace(batch={k: torch.from_numpy(v) for k, v in arrays.items()
-                                   if k != "uid"},
-                            non_tensor_batch={"uid": arrays["uid"]})
-    with RolloutLogger(tmp_path / "run", vocab_size=VOCAB) as lg:
-        assert lg.log_verl(batch, step=12) == 4
-    t = pq.read_table(tmp_path / "run")
-    assert set(t["step"].to_pylist()) == {12} and validate_log(tmp_path / "run").ok
-    assert t["group_id"].to_pylist() == arrays["uid"].tolist()
 
 
 def test_import_is_light() -> None:

@@ -55,17 +55,18 @@ def test_zero_padding_rule_recovers_real_entries(case) -> None:
                                           np.float32([v for _, v in truth[b][t]]))
 
 
-def test_valid_mask_is_authoritative_and_sampled_first_rotation() -> None:
-    ids = np.array([[[5, 0, 5, 0], [7, 2, 0, 0]]])
-    lps = np.array([[[-0.3, 0.0, -0.3, 0.0], [-2.0, -0.1, -1.0, 0.0]]])
+def test_valid_mask_is_authoritative_and_slot_order_kept() -> None:
+    ids = np.array([[[5, 0, 5, 0], [2, 0, 7, 0]]])
+    lps = np.array([[[-0.3, 0.0, -0.3, 0.0], [-0.1, -1.0, -2.0, 0.0]]])
     valid = np.array([[[True, True, True, False], [True, True, True, False]]])
     b = PaddedBatch(sample_id=["a"], step=np.zeros(1), response_ids=np.array([[5, 7]]),
                     lengths=np.array([2]), advantages=np.ones(1),
                     behavior_logprobs=np.array([[-0.3, -2.0]]), topk_ids=ids,
-                    topk_logprobs=lps, topk_valid=valid, sampled_first=True)
+                    topk_logprobs=lps, topk_valid=valid)
     table, problems = padded_to_table(b)
-    # valid mask keeps (0, 0.0) at pos 0; slot 0 == sampled token moves behind the top-K
-    assert table["topk_ids"].to_pylist() == [[[0, 5], [2, 0, 7]]] and problems == {}
+    # the valid mask keeps (0, 0.0) at pos 0; the repeated 5 keeps its first slot; the
+    # slots keep their order (the last-slot sampled 7 stays last)
+    assert table["topk_ids"].to_pylist() == [[[5, 0], [2, 0, 7]]] and problems == {}
 
 
 def test_repeats_keep_first_and_flag_conflicts() -> None:
