@@ -3,7 +3,8 @@ dict, or ``.npz``.
 
 The dump is the batch right after ``compute_advantage`` in ``RayPPOTrainer.fit``
 (verl 0.9.1 ``verl/trainer/ppo/ray_trainer.py``), saved as
-``torch.save({**batch.batch, **batch.non_tensor_batch, "global_steps": step}, path)``.
+``torch.save({**batch.batch, **batch.non_tensor_batch, "global_steps": step,
+"temperature": batch.meta_info["temperature"]}, path)``.
 Keys (``DataProto.batch`` / ``non_tensor_batch`` names; B samples, P prompt and T response
 positions, K top-K slots):
 
@@ -78,7 +79,8 @@ KEYS = ("responses", "attention_mask", "prompts", "response_mask", "rollout_log_
         "old_topk_log_probs", "uid", "token_level_scores", "rewards", "global_steps", "step",
         "sample_id", *SAMPLING_KEYS)
 STRING_KEYS = ("uid", "sample_id")
-RECIPE = "torch.save({**batch.batch, **batch.non_tensor_batch, 'global_steps': step}, path)"
+RECIPE = ("torch.save({**batch.batch, **batch.non_tensor_batch, 'global_steps': step, "
+          "'temperature': batch.meta_info['temperature']}, path)")
 
 
 def numpy_safe_globals() -> list[Any]:

@@ -176,3 +176,25 @@ def test_logits_mode_is_rejected(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "g.jsonl", [rec])
     with pytest.raises(IngestError, match=r"g\.jsonl: line 1: logprobs_mode='raw_logits'"):
         ingest(IngestConfig("vllm", (src,), tmp_path / "log.parquet", vocab_size=VOCAB))
+
+
+def test_verl_dump_refuses_arbitrary_objects_by_name(tmp_path: Path) -> None:
+    """Plain numpy arrays load under weights_only; a class inside an object array does not."""
+    from fractions import Fraction
+
+    import torch
+    arrays = verl_arrays(make_truth(n=2, convention="replace_last"))
+    tensors = {k: v if v.dtype == object else torch.from_numpy(v) for k, v in arrays.items()}
+    extra = np.empty(2, dtype=object)
+    extra[:] = [Fraction(1, 2), Fraction(1, 3)]
+    torch.save({**tensors, "extra_info": extra}, tmp_path / "a.pt")
+    with pytest.raises(IngestError, match=r"a\.pt.*safe load refuses \(fractions\.Fraction\)"):
+        ingest(IngestConfig("verl", (tmp_path / "a.pt",), tmp_path / "log.parquet",
+                            vocab_size=VOCAB))
+
+
+def test_verl_npz_object_uid_names_the_key(tmp_path: Path) -> None:
+    np.savez(tmp_path / "b.npz", **verl_arrays(make_truth(n=2, convention="replace_last")))
+    with pytest.raises(IngestError, match=r"b\.npz.*'uid' is an object array.*astype\(str\)"):
+        ingest(IngestConfig("verl", (tmp_path / "b.npz",), tmp_path / "log.parquet",
+                            vocab_size=VOCAB))
