@@ -121,3 +121,32 @@ def test_log_replays_against_the_checkpoint(trained, tmp_path: Path) -> None:
     assert tokens.num_rows == sum(sum(r["loss_mask"]) for r in rows) > 0
     assert np.isfinite(tokens["kl_topk"].to_numpy()).all()
     assert (tokens["support_size"].to_numpy() >= K).all()  # the logged top-K reached π
+
+
+def test_vllm_mode_logs_the_sampled_token_only(trained, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM cannot run here: the batch is the dict ``_generate_and_score_completions``
+    returns with vLLM (its keys and shapes, ``sampling_per_token_logps`` with a NaN where
+    vLLM gave ``None``); the real trainer object logs it."""
+    from pdm_replay import RolloutLogger
+    from pdm_replay.validate import validate_log
+    _, _, trainer = trained
+    monkeypatch.setattr(trainer, "use_vllm", True)
+    monkeypatch.setattr(trainer, "rollout_logger", RolloutLogger(
+        tmp_path / "v", vocab_size=1007, top_k=0, logprobs_mode="processed", on_error="skip"))
+    sampling = torch.tensor([[-0.5, -1.0, -2.0, 0.0], [-0.1, float("nan"), -0.3, -0.2],
+                             [-0.7, -0.2, 0.0, 0.0], [-1.5, -0.4, -0.9, -0.3]])
+    out = {"prompt_ids": torch.tensor([[0, 1, 7]] * 4), "prompt_mask": torch.tensor(
+        [[0, 1, 1]] * 4), "completion_ids": torch.tensor([[8, 9, 2, 0], [8, 8, 8, 2],
+                                                          [9, 2, 0, 0], [7, 7, 7, 2]]),
+           "completion_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0],
+                                            [1, 1, 1, 1]]),
+           "advantages": torch.tensor([0.5, -0.5, 1.0, -1.0]), "num_items_in_batch": 12,
+           "sampling_per_token_logps": sampling, "old_per_token_logps": sampling - 0.01}
+    with pytest.warns(UserWarning, match="dropped 1 sample"):
+        trainer._log_rollouts(out)
+    t = pq.read_table(tmp_path / "v")
+    assert t.num_rows == 3 and validate_log(tmp_path / "v").ok
+    assert t["behavior_logprobs"].to_pylist()[0] == [-0.5, -1.0, -2.0]
+    assert all(p == [] for r in t["topk_ids"].to_pylist() for p in r)  # K = 0
+    assert read_meta(tmp_path / "v").top_k == 0
