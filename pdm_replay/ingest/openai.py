@@ -5,13 +5,23 @@ or ``{"response": {...}, ...}``; the per-sample fields of the README (``step``,
 ``advantage(s)``, ``prompt_ids``, ``reward``, ``sample_id``, ``group_id``,
 ``train_logprobs``, ``per_sample``, ``sampling``) sit at the top level of the line.
 
-Chat: ``choices[i].logprobs.content[t] = {token, logprob, top_logprobs: [{token,
-logprob}]}``. Completions: ``choices[i].logprobs = {tokens, token_logprobs,
-top_logprobs: [{token: logprob}]}``. ``choices[i].token_ids`` (vLLM ``return_token_ids``)
-gives the sampled ids directly; token strings ``token_id:N`` (vLLM
-``return_tokens_as_token_ids``) map without a tokenizer. Each position's entries are
-sorted by log-prob; vLLM puts the sampled token first and keeps K entries, so it may
-displace the K-th top entry: the log records ``replace_last``.
+Chat (the ``openai`` package's ``ChatCompletion``: ``choices[i].logprobs.content[t]`` a
+``ChatCompletionTokenLogprob`` ``{token, bytes, logprob, top_logprobs: [TopLogprob
+{token, bytes, logprob}]}``). Completions: ``choices[i].logprobs = {tokens,
+token_logprobs, top_logprobs: [{token: logprob}]}`` (no bytes). ``choices[i].token_ids``
+(vLLM ``return_token_ids``) gives the sampled ids directly; token strings ``token_id:N``
+(vLLM ``return_tokens_as_token_ids``) map without a tokenizer; other strings map through
+``--tokenizer`` by their ``bytes`` (see :mod:`pdm_replay.ingest.tokenizer`). A token that
+maps to no id or to several is an error naming the position (and the top-logprob slot).
+
+Each position's entries are sorted by log-prob. vLLM's server
+(``vllm/entrypoints/openai/serving_chat.py``, ``OpenAIServingChat._create_chat_logprobs``
+and ``_get_top_logprobs``) lists the first K items of the engine's per-position dict,
+which holds the sampled token first and then the top-K: a sampled token outside the
+top-K displaces the K-th entry, so the log records ``replace_last``. SGLang's server
+(``sglang/srt/entrypoints/openai/serving_chat.py``, ``_build_token_logprobs_from_raw``)
+lists the true top-K: ``replace_last`` is only conservative there, and
+``--topk-convention plus_sampled`` is exact.
 
 Examples
 --------
@@ -38,26 +48,32 @@ CONVENTION = "replace_last"
 LOGPROBS_MODE = "raw"
 
 
-def _entries(logprobs: Mapping) -> tuple[list, list, list[list[tuple[Any, Any]]]]:
-    """(token strings, sampled log-probs, per-position [(token, logprob)]) of one choice."""
+Entry = tuple[Any, Any, Any]  # (token text, bytes or None, logprob)
+
+
+def _entries(logprobs: Mapping) -> tuple[list[Entry], list[list[Entry]]]:
+    """(sampled entries, per-position top entries) of one choice; an entry is
+    (token, bytes, logprob), bytes None where the layout has none (legacy completions)."""
     if logprobs.get("content") is not None:  # chat completion
         content = logprobs["content"]
-        tops = [[(e.get("token"), e.get("logprob")) for e in (c.get("top_logprobs") or [])]
-                for c in content]
-        return [c.get("token") for c in content], [c.get("logprob") for c in content], tops
+        entry = lambda e: (e.get("token"), e.get("bytes"), e.get("logprob"))  # noqa: E731
+        return ([entry(c) for c in content],
+                [[entry(e) for e in (c.get("top_logprobs") or [])] for c in content])
     if logprobs.get("tokens") is not None:  # legacy completion
         tokens = logprobs["tokens"]
+        lps = list(logprobs.get("token_logprobs") or [])
         top = logprobs.get("top_logprobs") or [None] * len(tokens)
-        return (tokens, list(logprobs.get("token_logprobs") or []),
-                [list((d or {}).items()) for d in top])
+        return ([(tok, None, lps[t] if t < len(lps) else None) for t, tok in enumerate(tokens)],
+                [[(tok, None, lp) for tok, lp in (d or {}).items()] for d in top])
     raise IngestError("logprobs holds neither content[] (chat) nor tokens[] (completion)")
 
 
-def _map(mapper: TokenMapper, token: Any, pos: int) -> int:
+def _map(mapper: TokenMapper, entry: Entry, pos: int, slot: int | None = None) -> int:
     try:
-        return mapper.to_id(token)
+        return mapper.to_id(entry[0], entry[1])
     except IngestError as exc:
-        raise IngestError(f"pos {pos}: {exc}") from None
+        where = f"pos {pos}" + ("" if slot is None else f", top_logprobs[{slot}]")
+        raise IngestError(f"{where}: {exc}") from None
 
 
 def choice_row(obj: Mapping, response: Mapping, choice: Mapping, index: int, count: int,
@@ -66,20 +82,22 @@ def choice_row(obj: Mapping, response: Mapping, choice: Mapping, index: int, cou
     if not choice.get("logprobs"):
         raise IngestError("missing logprobs: the choice has none; request logprobs=true "
                           "(chat) or logprobs=K (completion), and top_logprobs=K")
-    tokens, lps, tops = _entries(choice["logprobs"])
-    if len(lps) != len(tokens) or any(lp is None for lp in lps):
-        pos = next((t for t, lp in enumerate(lps) if lp is None), len(lps))
-        raise IngestError(f"missing logprobs: no log-prob for the sampled token at pos {pos}")
+    sampled, tops = _entries(choice["logprobs"])
+    missing = next((t for t, e in enumerate(sampled) if e[2] is None), None)
+    if missing is not None:
+        raise IngestError(f"missing logprobs: no log-prob for the sampled token at pos "
+                          f"{missing}")
     ids = choice.get("token_ids")
     if ids is None:
-        ids = [_map(mapper, tok, t) for t, tok in enumerate(tokens)]
-    elif len(ids) != len(tokens):
-        raise IngestError(f"token_ids has {len(ids)} entries but logprobs has {len(tokens)}")
+        ids = [_map(mapper, e, t) for t, e in enumerate(sampled)]
+    elif len(ids) != len(sampled):
+        raise IngestError(f"token_ids has {len(ids)} entries but logprobs has {len(sampled)}")
     extra = per_sample(obj, index, count)
     row = sample_fields(obj, extra, len(ids))
-    row.update(response_ids=list(ids), behavior_logprobs=lps,
-               topk_ids=[[_map(mapper, tok, t) for tok, _ in top] for t, top in enumerate(tops)],
-               topk_logprobs=[[lp for _, lp in top] for top in tops])
+    row.update(response_ids=list(ids), behavior_logprobs=[e[2] for e in sampled],
+               topk_ids=[[_map(mapper, e, t, j) for j, e in enumerate(top)]
+                         for t, top in enumerate(tops)],
+               topk_logprobs=[[e[2] for e in top] for top in tops])
     sort_topk(row, row["topk_logprobs"])
     prompt = response.get("prompt_token_ids") or choice.get("prompt_token_ids")
     if "prompt_ids" not in row and prompt is not None:
