@@ -86,6 +86,7 @@ class IngestSummary:
     rejects_path: Path | None = None
     meta: RolloutMeta | None = None
     warnings: list[str] = field(default_factory=list)
+    notes: Counter = field(default_factory=Counter)  # what parsers repaired, {what: count}
 
 
 def _kind(reason: str) -> str:
@@ -255,6 +256,7 @@ def _stage(cfg: IngestConfig, run: _Run, stage: Path,
                     run.reject(item)
                     continue
                 run.hint(item.sampling, item.where[0])
+                run.summary.notes.update(item.notes)
                 if isinstance(item.rows, list):
                     pending.append(item)
                     if sum(len(p.where) for p in pending) >= cfg.chunk_rows:
@@ -308,5 +310,6 @@ def ingest(cfg: IngestConfig, on_progress: Callable[[int, int], None] | None = N
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
     run.summary.meta = meta
+    run.summary.warnings += [f"{n} {what}" for what, n in sorted(run.summary.notes.items())]
     run.summary.warnings += footer_warnings(meta, run.max_k)
     return run.summary

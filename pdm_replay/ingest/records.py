@@ -27,6 +27,9 @@ import pyarrow as pa
 # Per-sample fields a JSON record may carry next to the engine's own output (README).
 SAMPLE_FIELDS = ("sample_id", "step", "group_id", "prompt_ids", "reward", "loss_mask",
                  "train_logprobs", "train_topk_logprobs")
+# A row builder may count what it repaired under this key ({what: count}); json_rows moves
+# it into Rows.notes, the driver sums the notes and reports them as warnings.
+NOTES = "__notes__"
 
 
 class IngestError(ValueError):
@@ -64,13 +67,15 @@ class Rows:
 
     ``sampling`` holds sampler settings the records stated (temperature, top_p, top_k,
     logprobs_mode); the driver records them in the footer. ``zero_padded`` selects the
-    zero-padding rule of :mod:`pdm_replay.ingest.padded` for the top-K slots.
+    zero-padding rule of :mod:`pdm_replay.ingest.padded` for the top-K slots. ``notes``
+    counts what the parser repaired (``{"what": n}``), reported once per run.
     """
 
     rows: list[dict] | pa.Table | Any  # Any: a PaddedBatch
     where: list[Location]
     sampling: dict[str, Any] = field(default_factory=dict)
     zero_padded: bool = False
+    notes: dict[str, int] = field(default_factory=dict)
 
 
 def iter_json_records(path: Path) -> Iterator[tuple[Location, Any] | Reject]:
@@ -137,7 +142,7 @@ def json_rows(path: Path, samples: Callable[[dict], list], build: Callable[..., 
                 continue
             if row.get("sample_id") is None:
                 row["sample_id"] = f"{Path(where.file).name}:{where.index}/{i}"
-            yield Rows([row], [loc], stated, zero_padded)
+            yield Rows([row], [loc], stated, zero_padded, row.pop(NOTES, {}))
 
 
 def _broadcast_advantages(obj: Mapping, length: int) -> list[float]:
