@@ -11,6 +11,8 @@ Mapping file (``--mapping map.toml``)::
     topk_ids = "top_ids"
     topk_logprobs = "top_logp"
 
+    group_id = ["step", "prompt_idx"]  # several columns: their values joined by "/"
+
     [defaults]                # constants for rollout/v1 columns the input lacks
     step = 0
 
@@ -22,11 +24,17 @@ Mapping file (``--mapping map.toml``)::
     top_p = 1.0
     top_k = 0                 # the sampler's top-k (0 = off)
 
+Without ``topk_ids`` / ``topk_logprobs`` every position gets an empty top-K (the support is
+the sampled token: only the ratio and binary masks are informative). ``--mapping NAME``
+also takes a shipped mapping by name (:data:`SHIPPED`, in ``pdm_replay/ingest/mappings/``).
+
 Examples
 --------
 >>> m = ColumnMapping(columns={"response_ids": "ids", "advantages": "adv"}, defaults={"step": 3})
 >>> m.apply_row({"ids": [5, 6], "adv": 0.5})
-{'response_ids': [5, 6], 'advantages': [0.5, 0.5], 'step': 3}
+{'response_ids': [5, 6], 'advantages': [0.5, 0.5], 'step': 3, 'topk_ids': [[], []], 'topk_logprobs': [[], []]}
+>>> ColumnMapping(columns={"sample_id": ["step", "idx"]}).apply_row({"step": 2, "idx": 7})
+{'sample_id': '2/7'}
 """
 
 from __future__ import annotations
@@ -46,15 +54,25 @@ from pdm_replay.schema import ROLLOUT_V1
 
 CONVENTION = "plus_sampled"
 LOGPROBS_MODE = "raw"
+JOINABLE = ("sample_id", "group_id")  # may name several columns, joined by "/"
+TOPK = ("topk_ids", "topk_logprobs")
+MAPPINGS = Path(__file__).with_name("mappings")
+SHIPPED = ("open-instruct",)  # --mapping NAME: mappings/<name with _>.toml
 
 
 @dataclass(frozen=True)
 class ColumnMapping:
     """A parsed mapping file: ours -> theirs, constants, and footer settings."""
 
-    columns: dict[str, str]
+    columns: dict[str, str | list[str]]
     defaults: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sources(self) -> list[str]:
+        """The input columns the mapping reads."""
+        return sorted({c for v in self.columns.values() for c in ([v] if isinstance(v, str)
+                                                                   else v)})
 
     @property
     def zero_padded(self) -> bool:
@@ -68,16 +86,22 @@ class ColumnMapping:
 
     def apply_row(self, rec: Mapping) -> dict[str, Any]:
         """One input record -> rollout/v1 names; a scalar advantage is broadcast."""
-        row = {ours: rec.get(theirs) for ours, theirs in self.columns.items()}
+        row = {ours: rec.get(theirs) if isinstance(theirs, str) else _joined(rec, theirs)
+               for ours, theirs in self.columns.items()}
         row.update({k: v for k, v in self.defaults.items() if row.get(k) is None})
         adv, ids = row.get("advantages"), row.get("response_ids")
         if isinstance(adv, (int, float)) and isinstance(ids, list):
             row["advantages"] = [float(adv)] * len(ids)
+        if isinstance(ids, list) and not any(name in self.columns for name in TOPK):
+            row.update({name: [[] for _ in ids] for name in TOPK})
         return row
 
     def apply_table(self, table: pa.Table) -> pa.Table:
         """An input table -> rollout/v1 names; a numeric ``advantages`` column is broadcast."""
-        cols = {ours: table.column(theirs) for ours, theirs in self.columns.items()}
+        cols = {ours: (table.column(theirs) if isinstance(theirs, str) else
+                       pc.binary_join_element_wise(*[pc.cast(table.column(c), pa.string())
+                                                     for c in theirs], "/"))
+                for ours, theirs in self.columns.items()}
         for name, value in self.defaults.items():
             if name not in cols:
                 typ = ROLLOUT_V1.field(name).type if name in ROLLOUT_V1.names else None
@@ -89,7 +113,20 @@ class ColumnMapping:
             values = np.repeat(adv.to_numpy(zero_copy_only=False).astype(np.float32), lengths)
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
             cols["advantages"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+        if "response_ids" in cols and not any(name in self.columns for name in TOPK):
+            lengths = pc.fill_null(pc.list_value_length(cols["response_ids"]), 0)
+            offsets = np.concatenate([[0], np.cumsum(lengths.to_numpy(zero_copy_only=False))])
+            empty = pa.ListArray.from_arrays(pa.array(np.zeros(int(offsets[-1]) + 1, np.int32)),
+                                             pa.array([], pa.int32()))
+            cols["topk_ids"] = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), empty)
+            cols["topk_logprobs"] = pa.ListArray.from_arrays(
+                pa.array(offsets.astype(np.int32)), empty.cast(pa.list_(pa.float32())))
         return pa.table(cols)
+
+
+def _joined(rec: Mapping, names: list[str]) -> str | None:
+    values = [rec.get(c) for c in names]
+    return None if any(v is None for v in values) else "/".join(map(str, values))
 
 
 def load_mapping(path: Path | str | None) -> ColumnMapping:
@@ -97,6 +134,8 @@ def load_mapping(path: Path | str | None) -> ColumnMapping:
     if path is None:
         raise IngestError("--from columns needs --mapping MAP.toml (see `pdm-replay ingest "
                           "--help` and the README)")
+    if str(path) in SHIPPED and not Path(path).exists():
+        path = MAPPINGS / f"{str(path).replace('-', '_')}.toml"
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: the tomli backport has the same API
@@ -110,13 +149,18 @@ def load_mapping(path: Path | str | None) -> ColumnMapping:
     if unknown:
         raise IngestError(f"{path}: {', '.join(unknown)} are not rollout/v1 columns; "
                           f"known: {', '.join(ROLLOUT_V1.names)}")
+    bad = sorted(k for k, v in columns.items() if not isinstance(v, str) and (
+        k not in JOINABLE or not isinstance(v, list) or not all(isinstance(c, str) for c in v)))
+    if bad:
+        raise IngestError(f"{path}: [columns] {', '.join(bad)} must name one column (a "
+                          f"string); only {' and '.join(JOINABLE)} may join several (a list)")
     return ColumnMapping(columns=dict(columns), defaults=dict(doc.get("defaults", {})),
                          meta=dict(doc.get("meta", {})))
 
 
 def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Rows | Reject]:
     pf = open_parquet(path)
-    missing = sorted(set(mapping.columns.values()) - set(pf.schema_arrow.names))
+    missing = sorted(set(mapping.sources) - set(pf.schema_arrow.names))
     if missing:
         yield Reject(Location(str(path), "file"),
                      f"mapped columns {', '.join(missing)} are not in the file; it has "
@@ -124,7 +168,7 @@ def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Ro
         return
     first = 0
     for batch in pf.iter_batches(batch_size=chunk_rows,
-                                 columns=sorted(set(mapping.columns.values()))):
+                                 columns=mapping.sources):
         table = mapping.apply_table(pa.Table.from_batches([batch]))
         if "sample_id" not in table.column_names:
             ids = [f"{path.name}#{first + i}" for i in range(table.num_rows)]
