@@ -11,9 +11,12 @@ Layout (``LLM.generate`` with ``SamplingParams(logprobs=K)``)::
      ...per-sample fields of the README...}
 
 Each position's dict holds the top-K tokens plus the sampled token (K or K+1 entries:
-``plus_sampled``); a logprob may also be a bare number. Entries are reordered by rank
-(top-K first, an outside sampled token last). vLLM's default
-``logprobs_mode`` is ``raw_logprobs`` (before temperature and truncation).
+``plus_sampled``): ``vllm/v1/engine/logprobs.py``, ``LogprobsProcessor.
+_update_sample_logprobs``, builds it from the sampler's (K + 1) rows, the sampled token
+first, into ``Logprob(logprob, rank, decoded_token)`` (``vllm/logprobs.py``). A logprob
+may also be a bare number. Entries are reordered by rank (top-K first, an outside sampled
+token last). vLLM's default ``logprobs_mode`` is ``raw_logprobs`` (before temperature and
+truncation).
 
 Examples
 --------
