@@ -67,7 +67,8 @@ def ingest_command(
         OnError.fail, "--on-error", help="fail: stop at the first bad record, leave no "
         "output. skip: list bad records in a rejects file and go on."),
     mapping: Optional[Path] = typer.Option(
-        None, "--mapping", help="TOML column mapping (--from columns)."),
+        None, "--mapping", help="TOML column mapping (--from columns), or a shipped one by "
+        "name: open-instruct."),
     rejects: Optional[Path] = typer.Option(
         None, "--rejects", help="Rejects file (default: OUT with suffix .rejects.jsonl)."),
     topk_convention: Optional[Convention] = typer.Option(
@@ -86,9 +87,9 @@ def ingest_command(
                                    help="Samples per checked and written chunk (bounds "
                                    "memory)."),
 ) -> None:
-    """Convert rollouts logged by vLLM / SGLang servers, vLLM offline, SGLang, verl-style
-    batch dumps or any table (with a column mapping) into one rollout/v1 log, streaming
-    and atomically (nothing is left under OUT unless the run succeeds).
+    """Convert rollouts logged by vLLM / SGLang servers, vLLM offline, SGLang, verl /
+    Stable-RL batch dumps or any table (with a column mapping) into one rollout/v1 log,
+    streaming and atomically (nothing is left under OUT unless the run succeeds).
     """
     cfg = IngestConfig(
         fmt=fmt.value, inputs=tuple(inputs), out=out, tokenizer=tokenizer,

@@ -6,6 +6,8 @@ Examples
 ['columns', 'openai', 'sglang', 'verl', 'vllm']
 >>> FORMATS["sglang"].logprobs_mode, FORMATS["vllm"].topk_convention
 ('processed', 'plus_sampled')
+>>> FORMATS["verl"].topk_convention, FORMATS["verl"].logprobs_mode
+('replace_last', 'processed')
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "SGLang /generate responses with meta_info log-probs"),
     Format("verl", verl.CONVENTION, verl.LOGPROBS_MODE, (".pt", ".pth", ".npz"),
            lambda p, i, c: verl.parse(p, i),
-           "verl-style batch dumps (torch.save dict or .npz)"),
+           "verl / sail-sg/Stable-RL batch dumps (torch.save dict or .npz)"),
     Format("columns", columns.CONVENTION, columns.LOGPROBS_MODE, (".parquet", ".jsonl", ".json"),
            _columns, "any Parquet/JSONL table plus a TOML column mapping"),
 )}
