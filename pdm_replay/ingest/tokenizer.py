@@ -75,7 +75,10 @@ class _Backend:
             tok = Tokenizer.from_file(str(file))
         else:
             from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(str(path)).backend_tokenizer
+            tok = getattr(AutoTokenizer.from_pretrained(str(path)), "backend_tokenizer", None)
+            if tok is None:
+                raise IngestError(f"tokenizer {path}: not a fast tokenizer; pass the "
+                                  "directory of its tokenizer.json")
         self.vocab: dict[str, int] = tok.get_vocab(with_added_tokens=True)
         self.added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
         self.size = max(len(self.vocab), max(self.vocab.values(), default=-1) + 1)
