@@ -103,6 +103,10 @@ TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("seed", pa.int64(), "replay", "replay seed (replay output only)"),
     _f64("kl_exact", "full-vocabulary KL(mu||pi) (behaviour checkpoint given)", "replay"),
     _f64("dkl_exact", "full-vocabulary dD_kl/deta (behaviour checkpoint given)", "replay"),
+    _f64("behavior_logp_gap", "reloaded log mu(k) (behaviour checkpoint) - logged "
+         "logp_behavior: the exact columns' mu vs the sampled mu", "replay"),
+    _f64("behavior_logp_gap_max", "max over S of |reloaded log mu - logged log mu| (k and "
+         "the logged top-K entries)", "replay"),
 )
 
 # Per-support lists (replay only): S in support order, column 0 = k, invalid slots dropped.

@@ -3,8 +3,17 @@
 :func:`simulated_step` is the only place parameters change: it zeroes the gradients, runs
 the caller's ``backward`` (which fills ``p.grad``), lets an optional ``grad_reduce`` hook
 combine gradients across processes (torch.distributed all-reduce), takes one step of a
-fresh optimizer, hands the caller a :class:`ParamSnapshot` to measure with (``Δθ`` is
-``snapshot.delta()``, still available there), and restores θ from the snapshot.
+fresh optimizer (or of one the caller's factory makes, e.g. with the trainer's Adam
+state: :mod:`~pdm_replay.replay.optimizer_state`), hands the caller a
+:class:`ParamSnapshot` to measure with (``Δθ`` is ``snapshot.delta()``, still available
+there), and restores θ from the snapshot.
+
+``lr`` may be a :class:`TargetNorm` (``--lr auto``): every optimizer here moves θ by
+``lr · u`` with ``u`` independent of ``lr`` (SGD ``g``; Adam ``m̂/(√v̂ + ε)``, plus
+``wd · θ`` for AdamW's decoupled decay, from fresh or loaded moments), so one probe step at
+``lr = 1`` measures ``‖u‖`` and the step is retaken at ``lr = norm / ‖u‖``. The realized
+``‖Δθ‖`` then differs from ``norm`` only by the rounding of ``θ + Δθ`` to the weights'
+dtype: at most half an ulp of each updated weight (:meth:`ParamSnapshot.rounding_bound`).
 
 One snapshot serves a whole run: θ is restored after every step, so the snapshot taken
 at the start stays the reference. Restoring is ``copy_`` of the saved tensors: bit-exact.
@@ -23,6 +32,8 @@ Examples
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 import torch
@@ -31,6 +42,22 @@ from torch import Tensor, nn
 OPTIMIZERS = ("adam", "sgd")
 T = TypeVar("T")
 GradReduce = Callable[[Sequence[nn.Parameter]], None]
+OptimizerFactory = Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class TargetNorm:
+    """``--lr auto``: take the step at the lr whose ``‖Δθ‖₂`` is ``norm``."""
+
+    norm: float
+
+
+@dataclass
+class StepInfo:
+    """What :func:`simulated_step` chose and realized: the lr and ``‖Δθ‖₂`` (float64)."""
+
+    lr: float = math.nan
+    step_norm: float = math.nan
 
 
 class ParamSnapshot:
@@ -55,6 +82,25 @@ class ParamSnapshot:
     def delta(self) -> list[Tensor]:
         """``Δθ = θ − θ_saved`` per parameter (call before :meth:`restore`)."""
         return [p.detach() - s.to(p.device) for p, s in zip(self.params, self.saved)]
+
+    @torch.no_grad()
+    def delta_norm(self) -> float:
+        """``‖θ − θ_saved‖₂`` in float64, one parameter at a time (no Δθ copy is kept)."""
+        total = 0.0
+        for p, s in zip(self.params, self.saved):
+            total += float((p.detach().double() - s.to(p.device).double()).square().sum())
+        return math.sqrt(total)
+
+    @torch.no_grad()
+    def rounding_bound(self) -> float:
+        """``‖½ ulp(θ)‖₂`` over the current parameters: how far the realized ``‖Δθ‖`` may
+        sit from the intended one when ``θ + Δθ`` is rounded to the weights' dtype."""
+        total = 0.0
+        for p in self.params:
+            x = p.detach()
+            ulp = torch.nextafter(x.abs(), torch.full_like(x, math.inf)) - x.abs()
+            total += float((ulp.double() / 2).square().sum())
+        return math.sqrt(total)
 
     @torch.no_grad()
     def matches(self) -> bool:
@@ -89,11 +135,31 @@ def surrogate_loss(logp_k: Tensor, logp_mu_k: Tensor, advantage: Tensor, weight:
     return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
 
 
+def take_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
+              make: OptimizerFactory, lr: float | TargetNorm) -> float:
+    """One optimizer step from θ (= ``snapshot``) on the gradients in ``p.grad``; returns
+    the lr used. A :class:`TargetNorm` probes at lr 1 first (gradients are kept)."""
+    if isinstance(lr, TargetNorm):
+        make(params, 1.0).step()
+        unit = snapshot.delta_norm()
+        snapshot.restore()
+        lr = lr.norm / unit if unit > 0 else 0.0  # nothing to scale: θ stays put
+    make(params, lr).step()
+    return lr
+
+
 def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
-                   backward: Callable[[], None], *, optimizer: str, lr: float,
-                   measure: Callable[[ParamSnapshot], T],
-                   grad_reduce: GradReduce | None = None) -> T:
-    """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ."""
+                   backward: Callable[[], None], *, optimizer: str | OptimizerFactory,
+                   lr: float | TargetNorm, measure: Callable[[ParamSnapshot], T],
+                   grad_reduce: GradReduce | None = None,
+                   info: StepInfo | None = None) -> T:
+    """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ.
+
+    ``optimizer``: a name of :data:`OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
+    ``info`` receives the lr used and the realized ``‖Δθ‖₂``.
+    """
+    make = optimizer if callable(optimizer) else (
+        lambda ps, rate: make_optimizer(optimizer, ps, rate))
     for p in params:
         p.grad = None
     try:
@@ -104,7 +170,9 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             grad_reduce(params)
-        make_optimizer(optimizer, params, lr).step()
+        used = take_step(params, snapshot, make, lr)
+        if info is not None:
+            info.lr, info.step_norm = used, snapshot.delta_norm()
         return measure(snapshot)
     finally:
         for p in params:
