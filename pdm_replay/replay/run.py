@@ -53,7 +53,7 @@ from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, varia
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
 from pdm_replay.replay.summary import Alignment, alignment_summary
-from pdm_replay.replay.sweep import build_variants, trainer_variant
+from pdm_replay.replay.sweep import build_variants, trainer_variant, variants
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
 from pdm_replay.schema import RolloutMeta
@@ -250,7 +250,8 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
 
 
 def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> list[Alignment]:
-    """Alignment numbers pooled over the finished ``seeds`` of a run directory."""
+    """Alignment numbers pooled over the finished ``seeds`` of a run directory, at the
+    primary thresholds (a sweep's first values: those variants, under their masks' names)."""
     if not seeds:
         return []
     read = lambda kind, cols: pl.concat([pl.read_parquet(f, columns=cols)  # noqa: E731
@@ -259,6 +260,10 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> li
     updates = read("updates", ["seed", "update_mask", "sample_id", "pos", "kept",
                                "delta_kl_topk", "delta_tv_topk"])
     t = cfg.thresholds
+    primary = {n: v.mask for n, v in variants(cfg.update_masks, cfg.sweep).items()
+               if all(getattr(t, f) == x for f, x in v.values)}
+    updates = (updates.filter(pl.col("update_mask").is_in(list(primary)))
+               .with_columns(pl.col("update_mask").replace(primary)))
     return alignment_summary(tokens, updates, delta_kl=t.delta_kl, delta_tv=t.delta_tv)
 
 
