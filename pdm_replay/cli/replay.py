@@ -60,6 +60,7 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     else:
         console.print("no alignment summary: --update-masks needs dppo_topk_<fam> and a "
                       "pdm_<fam>_* mask")
+    _print_updates(m)
     dev = m.get("recompute_deviation")
     if dev:
         console.print(f"recompute vs logged train_logprobs: max |Δ| {dev['max']:.3g}, "
@@ -71,6 +72,24 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
                           "that scored this log (same step, temperature, dtype)?")
     for w in m.get("warnings", []):
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _print_updates(m: dict) -> None:
+    """The actual update's step norm and, with --lr auto, the lrs it chose."""
+    groups = [g for seed in m.get("update_steps", {}).values() for g in seed]
+    norms = [g["actual_step_norm"] for g in groups if g.get("actual_step_norm") is not None]
+    if "actual" in m.get("updates", []):
+        size = f"; ‖θ_t+1 − θ_t‖ = {norms[0]:.4g}" if len(set(norms)) == 1 else ""
+        console.print(f"actual update: the trainer's next checkpoint, kept by "
+                      f"{m['config']['trainer_mask']}{size}")
+    if m["config"]["lr"] == "auto":
+        lrs = [u["lr"] for g in groups for u in g["updates"].values()]
+        console.print(f"--lr auto: each simulated step scaled to the actual step's norm, "
+                      f"lr {min(lrs):.4g} .. {max(lrs):.4g} (manifest update_steps)")
+    overlap = m.get("seed_overlap", {})
+    if overlap.get("overlap"):
+        console.print(f"[yellow]warning:[/] {overlap['samples_in_several_seeds']} samples are "
+                      "in several seeds: the seeds are not independent")
 
 
 @app.command()
