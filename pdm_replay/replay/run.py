@@ -22,6 +22,7 @@ False
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -34,6 +35,7 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import write_table_atomic
+from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import records as rec
@@ -162,7 +164,7 @@ def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
 class Group:
     """One step group of a seed after its pre pass (what every update reads)."""
 
-    flat: object  # FlatTokens
+    flat: FlatTokens
     samples: int
     batches: list[PaddedBatch]
     pre: PreUpdate
@@ -206,7 +208,7 @@ def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int
         attr = seed_attribution(
             ctx.policy, ctx.snapshot.params, g.batches, g.pre, flat.loss_mask,
             inputs.logp_behavior, seed=seed, optimizer=ctx.cfg.optimizer,
-            lr=float(ctx.cfg.lr) if ctx.cfg.lr != "auto" else 0.0,
+            lr=math.nan if ctx.cfg.lr == "auto" else ctx.cfg.lr,  # columns() gets each lr
             sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
             temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens,
             dist=ctx.dist)
