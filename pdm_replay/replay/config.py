@@ -7,7 +7,7 @@ Examples
 >>> cfg.update_masks[:2], cfg.optimizer
 (('none', 'dppo_topk_kl'), 'adam')
 >>> sorted(cfg.result_affecting())[:3]
-['allow_pickle', 'attribution', 'attribution_sample']
+['allow_overlap', 'allow_pickle', 'attribution']
 """
 
 from __future__ import annotations
