@@ -148,12 +148,18 @@ class StepLoader:
         return self.current
 
 
+def seed_groups(cfg: ReplayConfig, plan: SeedPlan, seed: int
+                ) -> list[tuple[int | None, np.ndarray]]:
+    """``seed``'s rows, split by logged step when the paths are per step (else one group,
+    step ``None``)."""
+    rows = plan.rows(seed)
+    return plan.groups(rows) if templated(cfg) else [(None, rows)]
+
+
 def steps_needed(cfg: ReplayConfig, plan: SeedPlan, seeds: int) -> list[int | None]:
     """The logged steps whose models seeds ``0..seeds-1`` need (``[None]``: one set)."""
-    if not templated(cfg):
-        return [None]
-    rows = np.concatenate([plan.rows(s) for s in range(seeds)])
-    return [int(s) for s in np.unique(plan.steps[rows])]
+    return sorted({step for s in range(seeds) for step, _ in seed_groups(cfg, plan, s)},
+                  key=lambda step: -1 if step is None else step)
 
 
 def input_hashes(cfg: ReplayConfig, steps: list[int | None]) -> dict:
@@ -188,6 +194,8 @@ def load_run_inputs(cfg: ReplayConfig, dist: Dist = LOCAL
         check_step_inputs(cfg, steps)
     first = load_step_models(cfg, meta, steps[0], dist)
     index = check_replayable(cfg.log, first.policy.vocab_size)
-    # Every rank needs a sample of every seed (a step's batch may be below --batch-size).
-    check_world(dist, min(len(plan.rows(s)) for s in range(cfg.seeds)), index.n_rows)
+    # Every rank needs a sample of every step group of every seed (a step's batch may be
+    # below --batch-size).
+    smallest = min(len(rows) for s in range(cfg.seeds) for _, rows in seed_groups(cfg, plan, s))
+    check_world(dist, smallest, index.n_rows)
     return meta, index, plan, first, steps

@@ -50,7 +50,7 @@ from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradie
                                        behaviour_hidden, forward_stats)
 from pdm_replay.replay.gpu import auto_chunk_tokens
 from pdm_replay.replay.models import (StepLoader, StepModels, behaviour_dtype, input_hashes,
-                                      load_run_inputs)
+                                      load_run_inputs, seed_groups)
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
@@ -100,8 +100,7 @@ class Context:
 
     def groups(self, seed: int) -> list[tuple[int | None, np.ndarray]]:
         """``seed``'s rows, split by logged step when the checkpoints are per step."""
-        rows = self.plan.rows(seed)
-        return self.plan.groups(rows) if self.loader.per_step else [(None, rows)]
+        return seed_groups(self.cfg, self.plan, seed)
 
 
 @dataclass(frozen=True)

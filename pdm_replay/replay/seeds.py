@@ -24,7 +24,8 @@ Examples
 ...     plan.check(3)
 ... except ValueError as exc:
 ...     print(exc)
-3 seeds of 4 samples need 12 distinct rows, the log has 10: 2 seeds fit; lower --seeds or --batch-size, or pass --allow-overlap (seeds then share samples)
+3 seeds of 4 samples need 12 distinct rows, the log has 10: 2 seeds fit; lower --seeds
+or --batch-size, or pass --allow-overlap (seeds then share samples)
 >>> steps = np.array([1, 1, 2, 2, 2, 3])
 >>> SeedPlan(6, 64, by="step", steps=steps).rows(1).tolist()
 [2, 3, 4]
