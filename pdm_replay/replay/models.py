@@ -1,14 +1,13 @@
 """The models one logged step is replayed with: θ_t, µ's checkpoint, θ_{t+1}, the trainer's
 optimizer state; loaded once per step (``{step}`` path templates, :mod:`.templates`).
 
-A :class:`StepLoader` keeps the last step's models: seeds are replayed step group by step
-group, so under ``--seed-by step`` every step's checkpoints are loaded once; a
-``by="sample"`` seed spanning several steps loads each of them in turn.
+The run keeps one step's models at a time (``run.Context.use_step``): seeds are replayed
+step group by step group, so under ``--seed-by step`` every step's checkpoints are loaded
+once; a ``by="sample"`` seed spanning several steps loads each of them in turn.
 """
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -129,23 +128,6 @@ def load_step_models(cfg: ReplayConfig, meta: RolloutMeta, step: int | None,
                 shard_policy(model, cfg.device, dist.world_size)
     return StepModels(step, policy, behaviour, nxt, ParamSnapshot(list(policy.model.parameters())),
                       state, target)
-
-
-class StepLoader:
-    """The models of the step being replayed; loading another step drops the last one's."""
-
-    def __init__(self, cfg: ReplayConfig, meta: RolloutMeta, first: StepModels,
-                 dist: Dist = LOCAL) -> None:
-        self.cfg, self.meta, self.dist, self.current = cfg, meta, dist, first
-        self.per_step = templated(cfg)
-
-    def get(self, step: int | None) -> StepModels:
-        key = step if self.per_step else None
-        if self.current.step != key:
-            self.current = None  # type: ignore[assignment]  # free before the next load
-            gc.collect()
-            self.current = load_step_models(self.cfg, self.meta, key, self.dist)
-        return self.current
 
 
 def seed_groups(cfg: ReplayConfig, plan: SeedPlan, seed: int

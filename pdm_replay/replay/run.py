@@ -22,9 +22,10 @@ False
 
 from __future__ import annotations
 
+import gc
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -49,8 +50,9 @@ from pdm_replay.replay.distributed import LOCAL, Dist, finish_seed, lockstep, sh
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
                                        behaviour_hidden, forward_stats)
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.models import (StepLoader, StepModels, behaviour_dtype, input_hashes,
-                                      load_run_inputs, seed_groups)
+from pdm_replay.replay.models import (StepModels, behaviour_dtype, input_hashes,
+                                      load_run_inputs, load_step_models, seed_groups,
+                                      templated)
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
@@ -66,7 +68,7 @@ Progress = Callable[[int, int, float], None]  # (stages done, stages total, toke
 @dataclass
 class Context:
     """What every seed shares: config, the log index and seed plan, the masks, and the
-    models of the step being replayed (``models``; :meth:`at_step` switches them)."""
+    models of the step being replayed (``models``; :meth:`use_step` switches them)."""
 
     cfg: ReplayConfig
     meta: RolloutMeta
@@ -75,8 +77,8 @@ class Context:
     layout: mf.RunLayout
     record_masks: dict[str, Mask]
     update_masks: dict[str, Mask]
-    models: StepModels
-    loader: StepLoader
+    models: StepModels  # of the step being replayed: use_step(step) switches them
+    per_step: bool = False  # the paths are {step} templates: models change with the step
     trainer_mask: Mask | None = None  # decides `kept` under the actual update
     grad_reduce: GradReduce | None = None
     pass_cfg: PassConfig = field(default_factory=PassConfig)
@@ -94,9 +96,14 @@ class Context:
     def snapshot(self) -> ParamSnapshot:
         return self.models.snapshot
 
-    def at_step(self, step: int | None) -> "Context":
-        """This context with the models of logged step ``step`` (loaded when new)."""
-        return replace(self, models=self.loader.get(step))
+    def use_step(self, step: int | None) -> None:
+        """Switch to logged step ``step``'s models (loaded when they are not the current
+        ones; the current ones are dropped first, so one step's models are alive at once)."""
+        key = step if self.per_step else None
+        if self.models.step != key:
+            self.models = None  # type: ignore[assignment]
+            gc.collect()
+            self.models = load_step_models(self.cfg, self.meta, key, self.dist)
 
     def groups(self, seed: int) -> list[tuple[int | None, np.ndarray]]:
         """``seed``'s rows, split by logged step when the checkpoints are per step."""
@@ -239,7 +246,8 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     t0 = time.perf_counter()
     tokens, updates, records = [], [], []
     for step, rows in ctx.groups(seed):
-        tok, parts, record = _replay_group(ctx.at_step(step), seed, rows, tick)
+        ctx.use_step(step)
+        tok, parts, record = _replay_group(ctx, seed, rows, tick)
         tokens.append(tok)
         updates.extend(parts)
         records.append(record)
@@ -279,11 +287,10 @@ def _start(cfg: ReplayConfig, dist: Dist = LOCAL) -> tuple[Context, dict]:
     meta, index, plan, first, steps = load_run_inputs(cfg, dist)
     load_s = time.perf_counter() - t0
     hashes, layout = dist.from_main(lambda: _inputs_and_layout(cfg, steps))  # rank 0 hashes
-    loader = StepLoader(cfg, meta, first, dist)
     doc = {"kind": "pdm_replay.replay", "status": "running", "config": cfg.to_json(),
            "versions": mf.package_versions(), "hashes": hashes, "device": device_info(cfg.device),
            "log_meta": asdict(meta), "log_rows": index.n_rows,
-           "warnings": run_warnings(cfg, meta, plan, loader.per_step), "started_at": _now(),
+           "warnings": run_warnings(cfg, meta, plan, templated(cfg)), "started_at": _now(),
            "timings": {"load_s": load_s, "hash_s": time.perf_counter() - t0 - load_s},
            **plan_doc(cfg, plan, first)}
     temperature = 1.0 if meta.temperature is None else meta.temperature
@@ -298,7 +305,7 @@ def _start(cfg: ReplayConfig, dist: Dist = LOCAL) -> tuple[Context, dict]:
     ctx = Context(cfg=cfg, meta=meta, index=index, plan=plan, layout=layout,
                   record_masks=build_variants(cfg.masks, cfg.thresholds, cfg.sweep),
                   update_masks=build_variants(cfg.update_masks, cfg.thresholds, cfg.sweep),
-                  models=first, loader=loader, trainer_mask=trainer, dist=dist,
+                  models=first, per_step=templated(cfg), trainer_mask=trainer, dist=dist,
                   pass_cfg=PassConfig(temperature=temperature, chunk_tokens=chunk,
                                       lockstep=dist.fsdp))
     return ctx, doc
