@@ -5,9 +5,14 @@
 2. Peak memory, vocabulary 151,936 on 8,192 response tokens with a tiny body: the recompute
    pass vs the plain forward that materialises the full fp32 logits tensor. Each side runs
    in its own subprocess; the figure is the growth of peak RSS over the RSS after setup.
-3. Cost of each extra update mask relative to the first, from one replay run.
+3. Cost of each extra update mask relative to the first, from one replay run, and of the
+   actual update (``--next-checkpoint``: one forward of θ_{t+1} over the logged supports)
+   relative to the shared pre-update pass of the same run (target: at most one extra
+   forward); without attribution in a second run, where the actual update is that forward
+   alone.
 
-Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]``
+Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
+[--updates-only]``
 Random-init Qwen3 models (nothing is downloaded); CPU only.
 """
 
@@ -130,31 +135,56 @@ def memory(chunk: int, skip_full: bool, threads: int) -> list[dict]:
     return out
 
 
+def _checkpoints(tmp: Path, vocab: int) -> tuple[Path, Path]:
+    """θ_t and a θ_{t+1} one small random step away (the cost does not depend on it)."""
+    model = qwen3(vocab, hidden=256, layers=4, inter=768)
+    model.save_pretrained(tmp / "ckpt")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=1e-3)
+    model.save_pretrained(tmp / "next")
+    return tmp / "ckpt", tmp / "next"
+
+
+def _best(res, key: str) -> float:
+    # Best of the seeds (same shapes): on a shared machine the minimum is the cost.
+    return min(t[key] for t in res.manifest["timings"]["per_seed"].values())
+
+
 def mask_cost(tmp: Path) -> dict:
     vocab = 32768
-    qwen3(vocab, hidden=256, layers=4, inter=768).save_pretrained(tmp / "ckpt")
+    ckpt, nxt = _checkpoints(tmp, vocab)
     log = write_synthetic_log(tmp / "log.parquet", n_samples=12, response_len=128,
                               prompt_len=16, vocab_size=vocab, top_k=20)
-    res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run", seeds=3,
-                                  batch_size=4, optimizer="adam", lr=1e-4))
-    seeds = res.manifest["timings"]["per_seed"].values()
+    common = dict(log=log, checkpoint=ckpt, next_checkpoint=nxt, trainer_mask="none",
+                  seeds=3, batch_size=4, optimizer="adam", lr=1e-4)
+    res = run_replay(ReplayConfig(out=tmp / "run", **common))
     masks = res.manifest["config"]["update_masks"]
-    # Best of three seeds (same shapes): on a shared machine the minimum is the cost.
-    per_mask = [min(t[f"update_{m}_s"] for t in seeds) for m in masks]
-    pre = min(t["read_and_pre_s"] for t in seeds)
+    per_mask = [_best(res, f"update_{m}_s") for m in masks]
+    pre = _best(res, "read_and_pre_s")
+    plain = run_replay(ReplayConfig(out=tmp / "plain", update_masks=("none",),
+                                    attribution=False, **common))
     return {"pre_pass_s": pre, "masks": masks, "per_mask_s": per_mask,
             "relative_to_first": [t / per_mask[0] for t in per_mask],
             "extra_vs_pre_plus_first": sum(per_mask[1:]) / (len(masks) - 1)
-            / (pre + per_mask[0]), "tokens_per_seed": res.manifest["tokens"] // 3}
+            / (pre + per_mask[0]), "tokens_per_seed": res.manifest["tokens"] // 3,
+            "actual_s": _best(res, "update_actual_s"),
+            "actual_vs_pre": _best(res, "update_actual_s") / pre,
+            "plain_pre_s": _best(plain, "read_and_pre_s"),
+            "plain_actual_s": _best(plain, "update_actual_s"),
+            "plain_actual_vs_pre": _best(plain, "update_actual_s")
+            / _best(plain, "read_and_pre_s")}
 
 
 def report(times: list[dict], mem: list[dict], masks: dict) -> None:
-    print("## replay: recompute pass vs plain model(input_ids).logits (same batch)")
+    if times:
+        print("## replay: recompute pass vs plain model(input_ids).logits (same batch)")
     for t in times:
         print(f"vocab {t['vocab']:>7}: {t['tokens']} tokens ({t['response_tokens']} response)"
               f"  plain {t['plain_forward_s']:.3f} s  recompute {t['recompute_s']:.3f} s"
               f"  ratio {t['ratio']:.2f}x")
-    print("## replay: peak memory, vocab 151,936, 8,192 response tokens, tiny body")
+    if mem:
+        print("## replay: peak memory, vocab 151,936, 8,192 response tokens, tiny body")
     for m in mem:
         print(f"{m['mode']:>9}: peak RSS growth {m['peak_growth'] / GiB:.3f} GiB "
               f"(model {m['model_bytes'] / GiB:.3f}, hidden {m['hidden_bytes'] / GiB:.4f}, "
@@ -165,6 +195,10 @@ def report(times: list[dict], mem: list[dict], masks: dict) -> None:
     for name, s, rel in zip(masks["masks"], masks["per_mask_s"], masks["relative_to_first"]):
         print(f"{name:>15}: {s:.2f} s  {rel:.2f}x the first")
     print(f"mean extra mask: {masks['extra_vs_pre_plus_first']:.2f}x (pre pass + first mask)")
+    print(f"{'actual':>15}: {masks['actual_s']:.2f} s  {masks['actual_vs_pre']:.2f}x the pre "
+          f"pass (with its attribution pass, as by default)")
+    print(f"{'actual':>15}: {masks['plain_actual_s']:.2f} s  {masks['plain_actual_vs_pre']:.2f}x "
+          f"the pre pass of the same run ({masks['plain_pre_s']:.2f} s; --no-attribution)")
 
 
 def main() -> None:
@@ -174,11 +208,19 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--skip-full-logits", action="store_true",
                     help="do not run the 5 GB full-logits baseline")
+    ap.add_argument("--updates-only", action="store_true",
+                    help="only section 3: the update masks' and the actual update's cost")
     ap.add_argument("--child", choices=["recompute", "full"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
         print(json.dumps(memory_child(args.child, args.chunk)))
+        return
+    if args.updates_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            masks = mask_cost(Path(tmp))
+        report([], [], masks)
+        print(json.dumps({"masks": masks}, default=str))
         return
     mem = memory(args.chunk, args.skip_full_logits, args.threads)  # first: a lean parent
     times = [time_ratio(v, args.repeats, args.chunk) for v in (32768, 151_936)]

@@ -99,6 +99,8 @@ class MaskSpec:
     direction: str  # "ratio" | "predictive" | "none"
     estimator: str | None  # "agg" | "uniform" | None
     doc: str
+    # The Thresholds fields the mask reads (a threshold sweep varies only these).
+    thresholds: tuple[str, ...] = ()
 
 
 MASKS: dict[str, MaskSpec] = {}
@@ -112,33 +114,40 @@ def register(spec: MaskSpec) -> MaskSpec:
     return spec
 
 
-def _div(prox: str, slope: Stat, delta: Callable[[Thresholds], float]) -> Callable:
-    return lambda t: DivergenceMask(attrgetter(prox), slope, delta(t))
+def _div(prox: str, slope: Stat, delta: str) -> Callable:
+    """Builder of a divergence mask whose δ is the Thresholds field ``delta``."""
+    return lambda t: DivergenceMask(attrgetter(prox), slope, getattr(t, delta))
 
 
-_KL, _TV = attrgetter("delta_kl"), attrgetter("delta_tv")
 register(MaskSpec("none", lambda t: KeepAll(), None, "none", None, "keep every token"))
 register(MaskSpec("ppo_clip", lambda t: RatioClip(t.eps, t.eps), None, "ratio", None,
-                  "PPO clip: r outside [1-eps, 1+eps], ratio direction"))
+                  "PPO clip: r outside [1-eps, 1+eps], ratio direction", ("eps",)))
 register(MaskSpec("clip_higher", lambda t: RatioClip(t.eps_low, t.eps_high), None, "ratio",
-                  None, "decoupled clip (DAPO): r outside [1-eps_low, 1+eps_high]"))
-for _fam, _delta in (("kl", _KL), ("tv", _TV)):
+                  None, "decoupled clip (DAPO): r outside [1-eps_low, 1+eps_high]",
+                  ("eps_low", "eps_high")))
+for _fam in ("kl", "tv"):
+    _delta = f"delta_{_fam}"
+    _reads = (_delta,)
     register(MaskSpec(f"dppo_binary_{_fam}", _div(f"{_fam}_binary", _ratio_slope, _delta),
-                      _fam, "ratio", None, f"binary {_fam.upper()} > delta, ratio direction"))
+                      _fam, "ratio", None, f"binary {_fam.upper()} > delta, ratio direction",
+                      _reads))
     register(MaskSpec(f"dppo_topk_{_fam}", _div(f"{_fam}_topk", _ratio_slope, _delta),
-                      _fam, "ratio", None, f"top-K {_fam.upper()} > delta, ratio direction"))
+                      _fam, "ratio", None, f"top-K {_fam.upper()} > delta, ratio direction",
+                      _reads))
     for _est in ("agg", "uniform"):
         register(MaskSpec(f"pdm_{_fam}_{_est}",
                           _div(f"{_fam}_topk", attrgetter(f"d{_fam}_{_est}"), _delta),
                           _fam, "predictive", _est,
-                          f"top-K {_fam.upper()} > delta, predictive direction ({_est} tail)"))
+                          f"top-K {_fam.upper()} > delta, predictive direction ({_est} tail)",
+                          _reads))
 
 
 register(MaskSpec("pdm_kl_certified",
                   _div("kl_topk", lambda s: s.direction_certified * torch.sign(s.advantage),
-                       _KL),
+                       "delta_kl"),
                   "kl", "certified", None,
-                  "top-K KL > delta, masked only where the sign certificate proves 'away'"))
+                  "top-K KL > delta, masked only where the sign certificate proves 'away'",
+                  ("delta_kl",)))
 
 
 def resolve_names(names: Iterable[str] | None) -> list[str]:

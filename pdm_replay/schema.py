@@ -103,6 +103,10 @@ TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("seed", pa.int64(), "replay", "replay seed (replay output only)"),
     _f64("kl_exact", "full-vocabulary KL(mu||pi) (behaviour checkpoint given)", "replay"),
     _f64("dkl_exact", "full-vocabulary dD_kl/deta (behaviour checkpoint given)", "replay"),
+    _f64("behavior_logp_gap", "reloaded log mu(k) (behaviour checkpoint) - logged "
+         "logp_behavior: the exact columns' mu vs the sampled mu", "replay"),
+    _f64("behavior_logp_gap_max", "max over S of |reloaded log mu - logged log mu| (k and "
+         "the logged top-K entries)", "replay"),
 )
 
 # Per-support lists (replay only): S in support order, column 0 = k, invalid slots dropped.
@@ -114,10 +118,12 @@ TOKEN_SUPPORT_COLUMNS: tuple[Column, ...] = (
 
 UPDATE_COLUMNS: tuple[Column, ...] = (
     Column("seed", pa.int64(), "yes", "replay seed"),
-    Column("update_mask", pa.string(), "yes", "mask used for the simulated step"),
+    Column("update_mask", pa.string(), "yes", "mask of the simulated step (<mask>@<value> "
+           "under a threshold sweep), or 'actual': the trainer's real step (next checkpoint)"),
     Column("sample_id", pa.string(), "yes", "rollout sample id"),
     Column("pos", pa.int32(), "yes", "response position t"),
-    Column("kept", pa.bool_(), "yes", "token kept by update_mask"),
+    Column("kept", pa.bool_(), "yes", "token kept by update_mask (actual: by the trainer "
+           "mask)"),
     _f64("logp_post", "log pi_post(k)"),
     _f64("kl_topk_post", "top-K KL after the step"),
     _f64("tv_topk_post", "top-K TV after the step"),
@@ -139,7 +145,8 @@ UPDATE_COLUMNS: tuple[Column, ...] = (
 
 
 def keep_column(mask_name: str) -> str:
-    """Name of the tokens/v1 column holding ``mask_name``'s decision."""
+    """Name of the tokens/v1 column holding ``mask_name``'s decision (a mask, or a sweep
+    variant ``<mask>@<value>``: ``keep_pdm_kl_agg@0.05``)."""
     return f"keep_{mask_name}"
 
 
@@ -240,7 +247,10 @@ def schema_documents() -> dict[str, dict]:
     tokens = schema_document(tokens_schema([], replay=True, exact=True))
     tokens["pattern_fields"] = [{"name": keep_column("<mask>"), "type": "bool",
                                  "nullable": False, "required": "yes",
-                                 "doc": "one per mask recorded: True = the token is kept"}]
+                                 "doc": "one per mask recorded: True = the token is kept; "
+                                 "under a threshold sweep one per value of the swept "
+                                 "threshold a mask reads, keep_<mask>@<value> (footer "
+                                 "pdm_replay.mask_variants names mask and value)"}]
     return {"rollout_v1.json": schema_document(ROLLOUT_V1), "tokens_v1.json": tokens,
             "updates_v1.json": schema_document(UPDATES_V1)}
 

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, DeltaKL, DeltaTV, Eps,
-                                  EpsHigh, EpsLow, parse_mask_list, threshold_options)
+from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
+                                  parse_mask_list, threshold_options)
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env
 from pdm_replay.replay.run import ReplayResult, run_replay
+from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.step import OPTIMIZERS
+from pdm_replay.replay.sweep import Sweep, parse_values
 
 
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
+SWEEP_HELP = ("; several values separated by commas (0.05,0.15) sweep it: each mask that "
+              "reads it is simulated and recorded once per value, as MASK@VALUE")
+# replay's threshold options take value lists (masks' take one value: cli.masks)
+DeltaKLs = Annotated[str, typer.Option("--delta-kl", help="δ of the KL trust region" + SWEEP_HELP)]
+DeltaTVs = Annotated[str, typer.Option("--delta-tv", help="δ of the TV trust region" + SWEEP_HELP)]
+Epss = Annotated[str, typer.Option("--eps", help="ε of ppo_clip" + SWEEP_HELP)]
+PATH_TEMPLATE = (" May be a template with {step} / {next_step} (the row's logged step, "
+                 "step + 1), e.g. ckpt/global_step_{step}: each row is replayed against "
+                 "its own step's files.")
+TEMPLATE_TOO = " Accepts {step} / {next_step} like --checkpoint."
 
 
 def _rate(x: float | None) -> str:
@@ -48,6 +60,7 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     else:
         console.print("no alignment summary: --update-masks needs dppo_topk_<fam> and a "
                       "pdm_<fam>_* mask")
+    _print_updates(m)
     dev = m.get("recompute_deviation")
     if dev:
         console.print(f"recompute vs logged train_logprobs: max |Δ| {dev['max']:.3g}, "
@@ -61,27 +74,69 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
         console.print(f"[yellow]warning:[/] {w}")
 
 
+def _print_updates(m: dict) -> None:
+    """The actual update's step norm and, with --lr auto, the lrs it chose."""
+    groups = [g for seed in m.get("update_steps", {}).values() for g in seed]
+    norms = [g["actual_step_norm"] for g in groups if g.get("actual_step_norm") is not None]
+    if "actual" in m.get("updates", []):
+        size = f"; ‖θ_t+1 − θ_t‖ = {norms[0]:.4g}" if len(set(norms)) == 1 else ""
+        console.print(f"actual update: the trainer's next checkpoint, kept by "
+                      f"{m['config']['trainer_mask']}{size}")
+    if m["config"]["lr"] == "auto":
+        lrs = [u["lr"] for g in groups for u in g["updates"].values()]
+        console.print(f"--lr auto: each simulated step scaled to the actual step's norm, "
+                      f"lr {min(lrs):.4g} .. {max(lrs):.4g} (manifest update_steps)")
+    overlap = m.get("seed_overlap", {})
+    if overlap.get("overlap"):
+        console.print(f"[yellow]warning:[/] {overlap['samples_in_several_seeds']} samples are "
+                      "in several seeds: the seeds are not independent")
+
+
 @app.command()
 def replay(
     log: Path = typer.Argument(..., help="Rollout log with prompt_ids (file or directory)."),
     checkpoint: Path = typer.Option(..., "--checkpoint", help="Training-policy checkpoint "
-                                    "directory (save_pretrained, safetensors)."),
+                                    "directory θ_t (save_pretrained, safetensors)."
+                                    + PATH_TEMPLATE),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory to create."),
     behavior_checkpoint: Optional[Path] = typer.Option(
         None, "--behavior-checkpoint", help="Behaviour-policy checkpoint: adds exact "
-        "full-vocabulary kl_exact / dkl_exact columns."),
+        "full-vocabulary kl_exact / dkl_exact columns and the reloaded-vs-logged µ gaps "
+        "behavior_logp_gap(_max)." + TEMPLATE_TOO),
+    next_checkpoint: Optional[Path] = typer.Option(
+        None, "--next-checkpoint", help="The trainer's checkpoint θ_{t+1} after its real "
+        "update on this data: recorded as the update named `actual` (one more forward "
+        "pass; needs --trainer-mask)." + TEMPLATE_TOO),
+    trainer_mask: Optional[str] = typer.Option(
+        None, "--trainer-mask", help="The mask the trainer used: `kept` under `actual`. "
+        "NAME, or NAME@VALUE for a swept threshold; `none` if it kept every token."),
+    optimizer_state: Optional[Path] = typer.Option(
+        None, "--optimizer-state", help="The trainer's optimizer state_dict (HF Trainer's "
+        "optimizer.pt, read with weights_only=True): simulated Adam steps continue its "
+        "moments and step count instead of a first step." + TEMPLATE_TOO),
     mask_names: Optional[str] = typer.Option(None, "--masks", help="Decisions recorded in "
                                              "tokens/. " + MASK_NAMES_HELP),
     update_masks: str = typer.Option(",".join(DEFAULT_UPDATE_MASKS), "--update-masks",
                                      help="Comma-separated masks whose update is simulated."),
-    seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds 0..N-1, one batch each."),
+    seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds 0..N-1, one batch each; "
+                              "by default no sample is in two seeds (the run fails, saying "
+                              "how many fit, when the log is too small)."),
+    seed_by: str = typer.Option("sample", "--seed-by", help=f"{' | '.join(SEED_BY)}: "
+                                "disjoint batches of --batch-size samples, or one seed per "
+                                "logged step (at most --batch-size of its samples)."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Let seeds share "
+                                       "samples when more are asked for than fit "
+                                       "disjointly (recorded in the manifest)."),
     batch_size: int = typer.Option(64, "--batch-size", min=1,
                                    help="Samples per simulated step."),
     micro_batch_size: int = typer.Option(8, "--micro-batch-size", min=1,
                                          help="Samples per forward pass (memory only)."),
     optimizer: str = typer.Option("adam", "--optimizer", help=f"One of {', '.join(OPTIMIZERS)}"
-                                  " (fresh state: the first step of a run)."),
-    lr: float = typer.Option(1e-6, "--lr", help="Learning rate of the simulated step."),
+                                  " (fresh state: the first step of a run; adam continues "
+                                  "the trainer's state with --optimizer-state)."),
+    lr: str = typer.Option("1e-6", "--lr", help="Learning rate of the simulated step, or "
+                           "`auto` (needs --next-checkpoint): each simulated step is scaled "
+                           "to the actual step's parameter norm ‖θ_{t+1} − θ_t‖."),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
     dtype: str = typer.Option("float32", "--dtype", help=f"Weight dtype: {', '.join(DTYPES)}; "
                               "statistics are float32/float64 regardless."),
@@ -91,8 +146,8 @@ def replay(
     chunk_tokens: Optional[int] = typer.Option(
         None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk: bounds logits memory "
         "to about 8 x chunk x vocab x 4 bytes. Default: from the device's free memory."),
-    delta_kl: DeltaKL = THRESHOLD_DEFAULTS.delta_kl,
-    delta_tv: DeltaTV = THRESHOLD_DEFAULTS.delta_tv,
+    delta_kl: DeltaKLs = str(THRESHOLD_DEFAULTS.delta_kl),
+    delta_tv: DeltaTVs = str(THRESHOLD_DEFAULTS.delta_tv),
     attribution: bool = typer.Option(
         True, "--attribution/--no-attribution", help="First-order attribution of each "
         "update's ΔD_kl: delta_kl_lin (forward-mode JVP along Δθ, about one extra pass per "
@@ -101,7 +156,7 @@ def replay(
     attribution_sample: int = typer.Option(
         64, "--attribution-sample", min=0, help="SGD self term: loss tokens sampled per "
         "seed in addition to every KL disagreement token (per-token gradients)."),
-    eps: Eps = THRESHOLD_DEFAULTS.eps,
+    eps: Epss = str(THRESHOLD_DEFAULTS.eps),
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
@@ -126,13 +181,19 @@ def replay(
     """
     dist = LOCAL
     try:
+        sweep = Sweep(eps=parse_values(eps, "--eps"),
+                      delta_kl=parse_values(delta_kl, "--delta-kl"),
+                      delta_tv=parse_values(delta_tv, "--delta-tv"))
         cfg = ReplayConfig(
             log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
             masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
             seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
             optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
             behavior_dtype=behavior_dtype,
-            thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
+            thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
+                                         sweep.delta_tv[0]), sweep=sweep,
+            next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
+            optimizer_state=optimizer_state, seed_by=seed_by, allow_overlap=allow_overlap,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
             tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
             attribution_sample=attribution_sample, fsdp=fsdp)

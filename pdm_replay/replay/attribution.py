@@ -124,18 +124,20 @@ class SeedAttribution:
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
     def columns(self, delta: list[Tensor], realized: Tensor, weight: Tensor,
-                n_tokens: int) -> dict[str, Tensor]:
+                n_tokens: int, lr: float | None = None) -> dict[str, Tensor]:
         """updates/v1 attribution columns ``(N,)``; NaN (written as null) off the sample.
 
-        ``realized`` is ``delta_kl_topk``, ``weight`` the update's keep (0/1) and
-        ``n_tokens`` the loss normaliser N of the simulated step.
+        ``realized`` is ``delta_kl_topk``, ``weight`` the update's keep (0/1),
+        ``n_tokens`` the loss normaliser N of the simulated step and ``lr`` the step's
+        learning rate (default ``self.lr``; ``--lr auto`` chooses one per update).
         """
         lin = self.linear(delta)
         cols = {"delta_kl_lin": lin, "delta_kl_curv": realized.double() - lin}
         if self.dots is not None and self.sample is not None:
             s = torch.from_numpy(self.sample)
             own = torch.full_like(lin, float("nan"))
-            own[s] = self_term(self.lr, n_tokens, weight[s], self.advantage[s],
+            own[s] = self_term(self.lr if lr is None else lr, n_tokens, weight[s],
+                               self.advantage[s],
                                self.ratio[s], self.dots)
             cols.update(delta_kl_self=own, delta_kl_cross=lin - own)
         return cols

@@ -7,26 +7,32 @@ Examples
 >>> cfg.update_masks[:2], cfg.optimizer
 (('none', 'dppo_topk_kl'), 'adam')
 >>> sorted(cfg.result_affecting())[:3]
-['allow_pickle', 'attribution', 'attribution_sample']
+['allow_overlap', 'allow_pickle', 'attribution']
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from pdm_replay.masks import Thresholds, resolve_names
 from pdm_replay.replay.checkpoint import DTYPES
+from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.step import OPTIMIZERS
+from pdm_replay.replay.sweep import Sweep, trainer_variant
+from pdm_replay.replay.templates import check_template
 
 DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
                         "dppo_topk_tv", "pdm_tv_agg", "pdm_tv_uniform")
 # Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not
 # depend on how many seeds there are, so resuming with more seeds extends a run); the
 # paths, whose *contents* are compared by sha256 instead (a moved log is the same log).
-OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint")
+OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint",
+               "next_checkpoint", "optimizer_state")
+STEP_PATHS = ("checkpoint", "behavior_checkpoint", "next_checkpoint", "optimizer_state")
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class ReplayConfig:
     batch_size: int = 64  # samples per simulated step
     micro_batch_size: int = 8  # samples per forward pass (memory, not results)
     optimizer: str = "adam"
-    lr: float = 1e-6
+    lr: float | str = 1e-6  # or "auto": each simulated step as long as the actual one
     device: str = "cpu"
     dtype: str = "float32"
     # The behaviour model's dtype for exact µ: the engine's precision, so exact µ is the
@@ -58,22 +64,58 @@ class ReplayConfig:
     tokenizer_check: bool = True
     resume: bool = False
     fsdp: bool = False  # under torchrun: shard the model with FSDP2 (replay.fsdp)
+    # The trainer's checkpoint after its real step on this data: the `actual` update.
+    next_checkpoint: Path | None = None
+    trainer_mask: str | None = None  # the mask the trainer used (`kept` under `actual`)
+    optimizer_state: Path | None = None  # trainer's optimizer.pt: Adam continues from it
+    seed_by: str = "sample"  # "sample": disjoint batches; "step": one seed per logged step
+    allow_overlap: bool = False  # more seeds than fit disjointly: let seeds share samples
+    sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
-        for name in ("log", "checkpoint", "out", "behavior_checkpoint"):
+        for name in ("log", "out", *STEP_PATHS):
             value = getattr(self, name)
             if value is not None:
                 set_(name, Path(value))
+                if name in STEP_PATHS:  # {step} / {next_step} only (replay.templates)
+                    check_template(value, f"--{name.replace('_', '-')}")
         set_("masks", None if self.masks is None else tuple(resolve_names(self.masks)))
         set_("update_masks", tuple(resolve_names(self.update_masks)))
+        set_("sweep", Sweep(**{f: tuple(v) for f, v in self.sweep.swept().items()}))
+        set_("thresholds", self.sweep.primary(self.thresholds))
+        if isinstance(self.lr, str) and self.lr != "auto":
+            try:
+                set_("lr", float(self.lr))
+            except ValueError:
+                raise ValueError(f"--lr {self.lr!r}: expected a number or 'auto'") from None
+        self._check()
+        if self.trainer_mask is not None:
+            trainer_variant(self.trainer_mask, self.sweep)  # raises on an unusable name
+
+    def _check(self) -> None:
+        auto = self.lr == "auto"
         checks = [(self.seeds >= 1, "--seeds must be >= 1"),
                   (self.batch_size >= 1, "--batch-size must be >= 1"),
                   (self.micro_batch_size >= 1, "--micro-batch-size must be >= 1"),
                   (self.chunk_tokens is None or self.chunk_tokens >= 1,
                    "--chunk-tokens must be >= 1"),
-                  (self.lr > 0, "--lr must be > 0"),
+                  (auto or self.lr > 0, "--lr must be > 0 or 'auto'"),
+                  (not auto or self.next_checkpoint is not None,
+                   "--lr auto scales each simulated step to the actual one: it needs "
+                   "--next-checkpoint"),
+                  (not (auto or self.optimizer_state) or not self.fsdp,
+                   "--lr auto and --optimizer-state are not supported with --fsdp"),
+                  (self.next_checkpoint is None or self.trainer_mask is not None,
+                   "--next-checkpoint needs --trainer-mask NAME: the mask the trainer used "
+                   "(kept under the actual update); `none` if it kept every token"),
+                  (self.trainer_mask is None or self.next_checkpoint is not None,
+                   "--trainer-mask needs --next-checkpoint (the trainer's actual update)"),
+                  (self.optimizer_state is None or self.optimizer == "adam",
+                   "--optimizer-state continues the trainer's Adam moments: use --optimizer "
+                   "adam"),
+                  (self.seed_by in SEED_BY, f"--seed-by must be one of {', '.join(SEED_BY)}"),
                   (self.attribution_sample >= 0, "--attribution-sample must be >= 0"),
                   (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
                   (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
@@ -86,13 +128,8 @@ class ReplayConfig:
 
     def to_json(self) -> dict:
         """JSON-ready dict of every option (paths as strings)."""
-        doc = dataclasses.asdict(self)
-        for key, value in doc.items():
-            if isinstance(value, Path):
-                doc[key] = str(value)
-            elif isinstance(value, tuple):
-                doc[key] = list(value)
-        return doc
+        # Through JSON, so nested tuples (the sweep) compare equal to a manifest's lists.
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
     def result_affecting(self) -> dict:
         """The options a resumed run must share with the run it continues."""

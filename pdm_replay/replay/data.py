@@ -1,8 +1,8 @@
 """The log side of replay: check a log can be replayed, draw each seed's samples, read them.
 
-A seed's batch is ``batch_size`` distinct rows drawn by ``numpy.random.default_rng(seed)``
-from the whole log (every file, in sorted file order), returned in log order: the same
-seed always reads the same rows, whatever ran before it.
+Which global rows (every file, in sorted file order) a seed reads is
+:mod:`pdm_replay.replay.seeds`' business; here they are read in log order: the same seed
+always reads the same rows, whatever ran before it.
 
 Examples
 --------
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import FlatTokens, list_parquet_files, open_parquet, rows_for_tokens
+from pdm_replay.replay.seeds import draw_rows
 from pdm_replay.schema import ROLLOUT_V1
 from pdm_replay.validate import ValidationReport, check_batch
 
@@ -47,12 +48,10 @@ class LogIndex:
         return cls(files, tuple(pq.ParquetFile(f).metadata.num_rows for f in files))
 
 
-def draw_rows(n_rows: int, batch_size: int, seed: int) -> np.ndarray:
-    """Sorted distinct global row indices of seed ``seed``'s batch."""
-    if batch_size >= n_rows:
-        return np.arange(n_rows)
-    rng = np.random.default_rng(seed)
-    return np.sort(rng.choice(n_rows, size=batch_size, replace=False))
+def log_steps(index: LogIndex) -> np.ndarray:
+    """The logged ``step`` of every global row ``(n_rows,)`` int64."""
+    parts = [pq.read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
 def read_rows(index: LogIndex, rows: np.ndarray) -> pa.Table:
@@ -86,10 +85,14 @@ class SeedBatch:
     sample_ids: list[str]
 
 
-def seed_batch(index: LogIndex, batch_size: int, seed: int, vocab_size: int) -> SeedBatch:
-    """Read seed ``seed``'s batch and flatten it after the ``validate`` checks (per-token
-    lengths, ids, log-probs); the first problem raises ``ValueError`` naming the sample."""
-    table = read_rows(index, draw_rows(index.n_rows, batch_size, seed)).combine_chunks()
+def seed_batch(index: LogIndex, batch_size: int, seed: int, vocab_size: int,
+               rows: np.ndarray | None = None) -> SeedBatch:
+    """Read seed ``seed``'s batch (``rows``; default the ``by="sample"`` draw of
+    ``batch_size``) and flatten it after the ``validate`` checks (per-token lengths, ids,
+    log-probs); the first problem raises ``ValueError`` naming the sample."""
+    if rows is None:
+        rows = draw_rows(index.n_rows, batch_size, seed)
+    table = read_rows(index, rows).combine_chunks()
     batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
     source = index.files[0].parent if len(index.files) > 1 else index.files[0]
     report = ValidationReport(str(source), max_errors=1)

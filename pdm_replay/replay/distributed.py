@@ -35,6 +35,7 @@ from pdm_replay.replay.batching import PaddedBatch
 from pdm_replay.replay.data import SeedBatch
 from pdm_replay.replay.gpu import peak_memory
 from pdm_replay.replay.manifest import RunLayout
+from pdm_replay.replay.records import STAT_KEYS, merge
 from pdm_replay.replay.step import GradReduce
 
 T = TypeVar("T")
@@ -292,15 +293,18 @@ def check_world(dist: Dist, batch_size: int, n_rows: int) -> None:
 
 
 def _combine(seed: int, records: list[dict]) -> dict:
-    """One done-marker record from every rank's (rank order): sums, slowest timings."""
-    devs = [r["deviation"] for r in records if r["deviation"]["count"]]
-    deviation = {"max": max(d["max"] for d in devs) if devs else None,
-                 "sum": sum(d["sum"] for d in devs), "count": sum(d["count"] for d in devs)}
+    """One done-marker record from every rank's (rank order): sums, merged |Δ| statistics,
+    slowest timings; ``steps`` (lr and ‖Δθ‖ per update: the same on every rank, the
+    gradients being summed) from rank 0."""
     keys = dict.fromkeys(k for r in records for k in r["timings"])
-    return {"seed": seed, "samples": sum(r["samples"] for r in records),
-            "tokens": sum(r["tokens"] for r in records), "deviation": deviation,
-            "timings": {k: max(r["timings"].get(k, 0.0) for r in records) for k in keys},
-            "world_size": len(records), "ranks": records}
+    out = {"seed": seed, "samples": sum(r["samples"] for r in records),
+           "tokens": sum(r["tokens"] for r in records),
+           "timings": {k: max(r["timings"].get(k, 0.0) for r in records) for k in keys},
+           "world_size": len(records), "ranks": records}
+    out.update({k: merge([r[k] for r in records]) for k in STAT_KEYS if k in records[0]})
+    if "steps" in records[0]:
+        out["steps"] = records[0]["steps"]
+    return out
 
 
 def finish_seed(layout: RunLayout, dist: Dist, seed: int, record: dict, device: str) -> dict:

@@ -73,9 +73,7 @@ def _to_cpu(stats: SupportStats) -> SupportStats:
     if stats.logp_s.device.type == "cpu":
         return stats
     move = to_host  # pinned, non-blocking: read only after wait_host
-    exact = stats.exact
-    if exact is not None:
-        exact = type(exact)(move(exact.kl_exact), move(exact.logp_mu_k), move(exact.sum_pi_mu))
+    exact = stats.exact.map(move) if stats.exact is not None else None
     return SupportStats(move(stats.logp_s), move(stats.log_tail), move(stats.sum_pi2), exact)
 
 

@@ -96,6 +96,32 @@ def content_hashes(path: Path) -> dict[str, str]:
     return {p.relative_to(path).as_posix(): sha256_file(p) for p in files}
 
 
+def hash_differences(old: dict, new: dict) -> list[str]:
+    """Inputs whose content changed between a run's manifest ``hashes`` and now.
+
+    A per-step input (``{"step=<s>": {file: sha}}``, a ``{step}`` template) is compared on
+    the steps both hold: resuming with more seeds may read more steps.
+
+    >>> hash_differences({"log": {"a": "1"}, "checkpoint": {"step=1": {"m": "x"}}},
+    ...                  {"log": {"a": "1"}, "checkpoint": {"step=1": {"m": "y"},
+    ...                                                     "step=2": {"m": "z"}}})
+    ['checkpoint (content)']
+    """
+    def per_step(h: object) -> bool:
+        return isinstance(h, dict) and bool(h) and all(k.startswith("step=") for k in h)
+
+    out = []
+    for key, now in new.items():
+        before = old.get(key)
+        if per_step(now) and per_step(before):
+            same = all(before[s] == now[s] for s in set(before) & set(now))
+        else:
+            same = before == now
+        if not same:
+            out.append(f"{key} (content)")
+    return out
+
+
 def package_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in VERSIONED:

@@ -9,7 +9,7 @@ chunk as float64 ``(C,)`` or ``(C, M)``. Per chunk, with ``e = exp(z − max z)`
   summed), so a tiny tail keeps full relative precision instead of coming out
   of ``1 − Σ_S π`` or ``log1mexp(LSE_S − logZ)``, which cancel when the tail is < 1e-7;
 - ``Σπ² = Σe² / (Σe)²`` (SPEC §7: ``exp(LSE(2z) − 2 LSE(z))``);
-- with a behaviour head (full µ): ``kl_exact``, ``log µ(k)`` and
+- with a behaviour head (full µ): ``kl_exact``, the reloaded ``log µ`` at S and
   ``Σπµ = exp(LSE(z + z_µ) − LSE(z) − LSE(z_µ))``, in float64 on the chunk.
 
 Examples
@@ -31,7 +31,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import torch
@@ -47,11 +47,25 @@ Head = Callable[[Tensor], Tensor]
 
 @dataclass(frozen=True)
 class ExactStats:
-    """Full-vocabulary quantities that need the behaviour policy's logits, each ``(N,)``."""
+    """Full-vocabulary quantities that need the behaviour policy's logits (float64)."""
 
-    kl_exact: Tensor
-    logp_mu_k: Tensor
-    sum_pi_mu: Tensor
+    kl_exact: Tensor  # (N,)
+    logp_mu_s: Tensor  # (N, M) reloaded log µ at S, -inf where the support slot is invalid
+    sum_pi_mu: Tensor  # (N,)
+
+    @property
+    def logp_mu_k(self) -> Tensor:
+        """Reloaded log µ(k) ``(N,)`` (column 0 of S is k)."""
+        return self.logp_mu_s[:, 0]
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> "ExactStats":
+        """Every field through ``fn`` (e.g. a device move)."""
+        return ExactStats(*(fn(getattr(self, f.name)) for f in fields(self)))
+
+    @staticmethod
+    def cat(parts: list["ExactStats"]) -> "ExactStats":
+        return ExactStats(*(torch.cat([getattr(p, f.name) for p in parts])
+                            for f in fields(ExactStats)))
 
 
 @dataclass(frozen=True)
@@ -84,8 +98,7 @@ class SupportStats:
         """Concatenate per-chunk (or per-micro-batch) statistics along N."""
         exact = None
         if parts and parts[0].exact is not None:
-            exact = ExactStats(*(torch.cat([getattr(p.exact, f) for p in parts])
-                                 for f in ("kl_exact", "logp_mu_k", "sum_pi_mu")))
+            exact = ExactStats.cat([p.exact for p in parts])
         return SupportStats(torch.cat([p.logp_s for p in parts]),
                             torch.cat([p.log_tail for p in parts]),
                             torch.cat([p.sum_pi2 for p in parts]), exact)
@@ -115,24 +128,25 @@ def _support_chunk(z: Tensor, ids: Tensor, valid: Tensor) -> SupportStats:
                         sum_pi2=sum_e2 / sum_e.square())
 
 
-def _exact_rows(z: Tensor, z_mu: Tensor, k: Tensor) -> ExactStats:
+def _exact_rows(z: Tensor, z_mu: Tensor, ids: Tensor, valid: Tensor) -> ExactStats:
     lpi = torch.log_softmax(z.double(), -1)
     lmu = torch.log_softmax(z_mu.double(), -1)
-    return ExactStats(kl_exact=dv.kl_exact(lmu, lpi), logp_mu_k=lmu.gather(1, k[:, None])[:, 0],
+    return ExactStats(kl_exact=dv.kl_exact(lmu, lpi),
+                      logp_mu_s=lmu.gather(1, ids).masked_fill(~valid, -math.inf),
                       sum_pi_mu=torch.exp(torch.logsumexp(lpi + lmu, -1)))
 
 
-def _exact_chunk(z: Tensor, z_mu: Tensor, k: Tensor) -> ExactStats:
-    """kl_exact, log µ(k), Σπµ of one chunk from π's and µ's logits (C, V), in float64.
+def _exact_chunk(z: Tensor, z_mu: Tensor, ids: Tensor, valid: Tensor) -> ExactStats:
+    """kl_exact, log µ at S ``(C, M)``, Σπµ of one chunk from π's and µ's logits (C, V),
+    in float64.
 
     Float64 temporaries (~5 of them) are made for an eighth of the chunk at a time, so the
     exact path needs about 3 chunks of float32 memory, not 10.
     """
     rows = max(1, z.shape[0] // 8)
-    parts = [_exact_rows(z[i:i + rows], z_mu[i:i + rows], k[i:i + rows])
-             for i in range(0, z.shape[0], rows)]
-    return ExactStats(*(torch.cat([getattr(p, f) for p in parts])
-                        for f in ("kl_exact", "logp_mu_k", "sum_pi_mu")))
+    return ExactStats.cat([_exact_rows(z[i:i + rows], z_mu[i:i + rows], ids[i:i + rows],
+                                       valid[i:i + rows])
+                           for i in range(0, z.shape[0], rows)])
 
 
 @torch.no_grad()
@@ -156,14 +170,14 @@ def support_stats(hidden: Tensor, head: Head, support: Support, *, temperature: 
         exact = None
         if hidden_mu is not None and head_mu is not None:
             exact = _exact_chunk(z, _scaled_logits(head_mu, hidden_mu[sl], temperature),
-                                 ids[sl, 0])
+                                 ids[sl], valid[sl])
         parts.append(replace(_support_chunk(z, ids[sl], valid[sl]), exact=exact))
         del z  # free this chunk before the next one is allocated: one chunk alive at a time
     if not parts:
         empty = torch.zeros(0, dtype=torch.float64, device=dev)
-        exact = ExactStats(empty, empty, empty) if hidden_mu is not None else None
-        return SupportStats(torch.zeros(0, support.ids.shape[1], dtype=torch.float64,
-                                        device=dev), empty, empty, exact)
+        empty_s = torch.zeros(0, support.ids.shape[1], dtype=torch.float64, device=dev)
+        exact = ExactStats(empty, empty_s, empty) if hidden_mu is not None else None
+        return SupportStats(empty_s, empty, empty, exact)
     return SupportStats.cat(parts)
 
 

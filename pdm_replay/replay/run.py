@@ -22,8 +22,10 @@ False
 
 from __future__ import annotations
 
+import gc
+import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -34,23 +36,28 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import write_table_atomic
-from pdm_replay.io.reader import read_meta
-from pdm_replay.masks import Mask, apply_masks, build_masks
+from pdm_replay.io.reader import FlatTokens
+from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.replay import manifest as mf
+from pdm_replay.replay import records as rec
+from pdm_replay.replay.actual import ACTUAL, actual_columns
 from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import PaddedBatch, micro_batches
-from pdm_replay.replay.checkpoint import (DTYPES, Policy, check_checkpoint_dir, check_compatible,
-                                          load_policy)
+from pdm_replay.replay.checkpoint import DTYPES, Policy
 from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
-from pdm_replay.replay.data import LogIndex, check_replayable, seed_batch
-from pdm_replay.replay.distributed import (LOCAL, Dist, check_world, finish_seed, lockstep,
-                                           shard_seed_batch)
+from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.distributed import LOCAL, Dist, finish_seed, lockstep, shard_seed_batch
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
                                        behaviour_hidden, forward_stats)
-from pdm_replay.replay.fsdp import shard_policy
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.step import GradReduce, ParamSnapshot, simulated_step
+from pdm_replay.replay.models import (StepModels, behaviour_dtype, input_hashes,
+                                      load_run_inputs, load_step_models, seed_groups,
+                                      templated)
+from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
+from pdm_replay.replay.seeds import SeedPlan
+from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
 from pdm_replay.replay.summary import Alignment, alignment_summary
+from pdm_replay.replay.sweep import build_variants, trainer_variant, variants
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
 from pdm_replay.schema import RolloutMeta
@@ -60,20 +67,47 @@ Progress = Callable[[int, int, float], None]  # (stages done, stages total, toke
 
 @dataclass
 class Context:
-    """What every seed shares: config, models, the log index, the parameter snapshot."""
+    """What every seed shares: config, the log index and seed plan, the masks, and the
+    models of the step being replayed (``models``; :meth:`use_step` switches them)."""
 
     cfg: ReplayConfig
     meta: RolloutMeta
-    policy: Policy
-    behaviour: Policy | None
     index: LogIndex
+    plan: SeedPlan
     layout: mf.RunLayout
     record_masks: dict[str, Mask]
     update_masks: dict[str, Mask]
-    snapshot: ParamSnapshot
+    models: StepModels  # of the step being replayed: use_step(step) switches them
+    per_step: bool = False  # the paths are {step} templates: models change with the step
+    trainer_mask: Mask | None = None  # decides `kept` under the actual update
     grad_reduce: GradReduce | None = None
     pass_cfg: PassConfig = field(default_factory=PassConfig)
     dist: Dist = LOCAL  # this process's rank under torchrun (replay.distributed)
+
+    @property
+    def policy(self) -> Policy:
+        return self.models.policy
+
+    @property
+    def behaviour(self) -> Policy | None:
+        return self.models.behaviour
+
+    @property
+    def snapshot(self) -> ParamSnapshot:
+        return self.models.snapshot
+
+    def use_step(self, step: int | None) -> None:
+        """Switch to logged step ``step``'s models (loaded when they are not the current
+        ones; the current ones are dropped first, so one step's models are alive at once)."""
+        key = step if self.per_step else None
+        if self.models.step != key:
+            self.models = None  # type: ignore[assignment]
+            gc.collect()
+            self.models = load_step_models(self.cfg, self.meta, key, self.dist)
+
+    def groups(self, seed: int) -> list[tuple[int | None, np.ndarray]]:
+        """``seed``'s rows, split by logged step when the checkpoints are per step."""
+        return seed_groups(self.cfg, self.plan, seed)
 
 
 @dataclass(frozen=True)
@@ -87,34 +121,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _device_info(device: str) -> dict:
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: CUDA is not available on this machine")
-        name = torch.cuda.get_device_name(dev)
-    else:
-        import platform
-        name = platform.processor() or platform.machine()
-    return {"device": device, "name": name, "torch_threads": torch.get_num_threads()}
-
-
-def _warnings(cfg: ReplayConfig, meta: RolloutMeta) -> list[str]:
-    out = []
-    if meta.truncated_sampler:
-        out.append(f"the sampler truncated (top_p={meta.top_p}, top_k={meta.top_k_sampling}):"
-                   " the logged µ tail is not the model's tail")
-    if meta.logprobs_mode == "processed":
-        out.append("logprobs_mode=processed: logged µ are post-processing log-probs")
-    if cfg.dtype != "float32":
-        out.append(f"the simulated step updates {cfg.dtype} weights: steps below the "
-                   f"{cfg.dtype} resolution vanish; use --dtype float32 for faithful ΔD")
-    if cfg.attribution and cfg.fsdp:
-        out.append("--fsdp: the attribution columns (delta_kl_lin ...) stay null: their "
-                   "forward-mode pass needs the unsharded model")
-    return out
-
-
 def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     layout = mf.RunLayout(cfg.out)
     if not cfg.out.exists():
@@ -126,80 +132,59 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     before, now = old.get("config", {}), cfg.result_affecting()
     differ = sorted(k for k in set(before) | set(now)
                     if k not in OPERATIONAL and before.get(k) != now.get(k))
-    differ += [f"{k} (content)" for k in hashes if old.get("hashes", {}).get(k) != hashes[k]]
+    differ += mf.hash_differences(old.get("hashes", {}), hashes)
     if differ:
         raise ValueError(f"{cfg.out}: --resume with different inputs ({', '.join(differ)}); "
                          "resume with the original options or choose a new --out")
     return layout
 
 
-def behaviour_dtype(cfg: ReplayConfig, meta: RolloutMeta) -> str:
-    """dtype for the behaviour model: ``--behavior-dtype``, else the footer's
-    ``behavior_dtype`` (the engine's precision: exact µ must be the distribution sampled
-    from; a bf16 engine and a float32 reload differ by far more than the top-K interval
-    widths), else ``--dtype``."""
-    footer = meta.extra.get("behavior_dtype")
-    return cfg.behavior_dtype or (footer if footer in DTYPES else cfg.dtype)
-
-
-def _load(cfg: ReplayConfig) -> tuple[RolloutMeta, Policy, Policy | None, LogIndex]:
-    for path in (cfg.checkpoint, cfg.behavior_checkpoint):
-        if path is not None:
-            check_checkpoint_dir(path, allow_pickle=cfg.allow_pickle,
-                                 trust_remote_code=cfg.trust_remote_code)
-    meta = read_meta(cfg.log)
-    if meta.temperature is not None and meta.temperature <= 0:
-        raise ValueError(f"{cfg.log}: footer temperature={meta.temperature}; replay needs the "
-                         "sampling temperature (> 0) that µ was sampled at")
-    load = lambda p, dtype: load_policy(p, dtype=dtype, device=cfg.device,  # noqa: E731
-                                        allow_pickle=cfg.allow_pickle,
-                                        trust_remote_code=cfg.trust_remote_code)
-    policy = load(cfg.checkpoint, cfg.dtype)
-    check_compatible(policy, meta, cfg.log, cfg.tokenizer_check)
-    behaviour = None
-    if cfg.behavior_checkpoint is not None:
-        behaviour = load(cfg.behavior_checkpoint, behaviour_dtype(cfg, meta))
-        check_compatible(behaviour, meta, cfg.log, cfg.tokenizer_check)
-        behaviour.model.requires_grad_(False)
-    index = check_replayable(cfg.log, policy.vocab_size)
-    return meta, policy, behaviour, index
-
-
 def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
               batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
               mu_hidden: list[torch.Tensor] | None,
-              attr: SeedAttribution | None = None) -> dict[str, torch.Tensor | pa.Array]:
-    """One update mask: step, post-update statistics, restore. Returns updates columns."""
+              attr: SeedAttribution | None = None,
+              info: StepInfo | None = None) -> dict[str, torch.Tensor | pa.Array]:
+    """One update mask: step, post-update statistics, restore. Returns updates columns;
+    ``info`` receives the lr used and the realized ‖Δθ‖."""
     weight = (keep & loss_mask).double()
     # Every loss token of the global batch (all ranks): a mask never changes the normaliser.
     n_tokens = ctx.dist.sum_int(int(loss_mask.sum()))
     params = ctx.snapshot.params
+    info = info if info is not None else StepInfo()
     post, delta = simulated_step(
         params, ctx.snapshot,
         lambda: accumulate_gradients(ctx.policy, batches, inputs, weight, n_tokens,
                                      ctx.pass_cfg),
-        optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr, grad_reduce=ctx.grad_reduce,
+        optimizer=ctx.models.optimizer(ctx.cfg.optimizer), lr=ctx.models.lr(ctx.cfg.lr),
+        grad_reduce=ctx.grad_reduce, info=info,
         measure=lambda snap: (forward_stats(ctx.policy, batches, pre.support, ctx.pass_cfg,
                                             ctx.behaviour, mu_hidden),
                               snap.delta() if attr else None))
     cols = post_columns(pre, post)
     if attr is not None:  # Δθ kept past the restore: the linear term is taken at θ
-        cols.update(attr.columns(delta, cols["delta_kl_topk"], weight, n_tokens))
+        cols.update(attr.columns(delta, cols["delta_kl_topk"], weight, n_tokens, lr=info.lr))
     return cols
 
 
-def _deviation(logp_k: torch.Tensor, train: np.ndarray | None, sel: np.ndarray) -> dict:
-    if train is None or not sel.any():
-        return {"max": None, "sum": 0.0, "count": 0}
-    diff = np.abs(logp_k.numpy()[sel] - train[sel])
-    return {"max": float(diff.max()), "sum": float(diff.sum()), "count": int(sel.sum())}
+@dataclass
+class Group:
+    """One step group of a seed after its pre pass (what every update reads)."""
+
+    flat: FlatTokens
+    samples: int
+    batches: list[PaddedBatch]
+    pre: PreUpdate
+    mu_hidden: list[torch.Tensor] | None
+    tokens: pa.Table
+
+    @property
+    def n(self) -> int:
+        return int(self.flat.loss_mask.sum())
 
 
-def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
-    """Replay one seed and write its parts and done marker; returns the marker record."""
-    t0 = time.perf_counter()
+def _pre_pass(ctx: Context, seed: int, rows: np.ndarray) -> Group:
     sb = shard_seed_batch(seed_batch(ctx.index, ctx.cfg.batch_size, seed,
-                                     ctx.policy.vocab_size), ctx.dist)
+                                     ctx.policy.vocab_size, rows=rows), ctx.dist)
     flat = sb.flat
     batches = lockstep(micro_batches(sb.prompts, sb.responses, ctx.cfg.micro_batch_size),
                        ctx.dist)
@@ -209,8 +194,16 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     pre = pre_update(flat, support, mu, pi, ctx.policy.vocab_size)
     tokens = tokens_part(flat, pre, ctx.record_masks, seed, ctx.cfg.thresholds,
                          {"vocab_size": str(ctx.policy.vocab_size),
-                          "source_log": str(ctx.cfg.log)})
-    n = int(flat.loss_mask.sum())
+                          "source_log": str(ctx.cfg.log), **variant_footer(ctx.cfg)})
+    return Group(flat, len(sb.sample_ids), batches, pre, mu_hidden, tokens)
+
+
+def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int], None]
+                  ) -> tuple[pa.Table, list[pa.Table], dict]:
+    """Pre pass, the actual update and every simulated update of one step group."""
+    t0 = time.perf_counter()
+    g = _pre_pass(ctx, seed, rows)
+    flat, n = g.flat, g.n
     timings = {"read_and_pre_s": time.perf_counter() - t0}
     tick(n)
     loss_mask = torch.from_numpy(flat.loss_mask)
@@ -219,38 +212,55 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     attr, t_attr = None, time.perf_counter()
     if ctx.cfg.attribution and not ctx.dist.fsdp:
         attr = seed_attribution(
-            ctx.policy, ctx.snapshot.params, batches, pre, flat.loss_mask, inputs.logp_behavior,
-            seed=seed, optimizer=ctx.cfg.optimizer, lr=ctx.cfg.lr,
+            ctx.policy, ctx.snapshot.params, g.batches, g.pre, flat.loss_mask,
+            inputs.logp_behavior, seed=seed, optimizer=ctx.cfg.optimizer,
+            lr=math.nan if ctx.cfg.lr == "auto" else ctx.cfg.lr,  # columns() gets each lr
             sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
             temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens,
             dist=ctx.dist)
         timings["attribution_setup_s"] = time.perf_counter() - t_attr
-    parts = []
-    for name, keep in apply_masks(ctx.update_masks, pre.stats).items():
+    parts, steps = [], {}
+    if ctx.models.next_policy is not None:
         t1 = time.perf_counter()
-        cols = _simulate(ctx, keep, pre, batches, inputs, loss_mask, mu_hidden, attr)
+        cols = actual_columns(ctx.policy, ctx.models.next_policy, ctx.snapshot.params,
+                              g.batches, g.pre, ctx.pass_cfg, ctx.behaviour, g.mu_hidden, attr)
+        parts.append(updates_part(flat, seed, ACTUAL, ctx.trainer_mask.keep(g.pre.stats), cols))
+        timings[f"update_{ACTUAL}_s"] = time.perf_counter() - t1
+        tick(n)
+    for name, keep in apply_masks(ctx.update_masks, g.pre.stats).items():
+        t1, info = time.perf_counter(), StepInfo()
+        cols = _simulate(ctx, keep, g.pre, g.batches, inputs, loss_mask, g.mu_hidden, attr,
+                         info)
         parts.append(updates_part(flat, seed, name, keep, cols))
         timings[f"update_{name}_s"] = time.perf_counter() - t1
+        steps[name] = {"lr": info.lr, "step_norm": info.step_norm}
         tick(n)
-    write_table_atomic(ctx.layout.tokens_part(seed, ctx.dist.rank), tokens)
-    write_table_atomic(ctx.layout.updates_part(seed, ctx.dist.rank), pa.concat_tables(parts))
-    timings["total_s"] = time.perf_counter() - t0
-    record = {"seed": seed, "samples": len(sb.sample_ids), "tokens": n, "timings": timings,
-              "deviation": _deviation(pi.logp_k, flat.train_logprobs, flat.loss_mask)}
+    info = {"step": ctx.models.step, "actual_step_norm": ctx.models.target_norm,
+            "updates": steps}
+    return g.tokens, parts, rec.group_record(flat, g.pre, g.samples, timings, info)
+
+
+def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
+    """Replay one seed (step group by step group) and write its parts and done marker;
+    returns the marker record."""
+    t0 = time.perf_counter()
+    tokens, updates, records = [], [], []
+    for step, rows in ctx.groups(seed):
+        ctx.use_step(step)
+        tok, parts, record = _replay_group(ctx, seed, rows, tick)
+        tokens.append(tok)
+        updates.extend(parts)
+        records.append(record)
+    write_table_atomic(ctx.layout.tokens_part(seed, ctx.dist.rank), pa.concat_tables(tokens))
+    write_table_atomic(ctx.layout.updates_part(seed, ctx.dist.rank), pa.concat_tables(updates))
+    record = rec.merge_groups(seed, records)
+    record["timings"]["total_s"] = time.perf_counter() - t0
     return finish_seed(ctx.layout, ctx.dist, seed, record, ctx.cfg.device)
 
 
-def _aggregate_deviation(records: list[dict]) -> dict | None:
-    devs = [r["deviation"] for r in records if r["deviation"]["count"]]
-    if not devs:
-        return None
-    count = sum(d["count"] for d in devs)
-    return {"max": max(d["max"] for d in devs), "mean": sum(d["sum"] for d in devs) / count,
-            "tokens": count}
-
-
 def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> list[Alignment]:
-    """Alignment numbers pooled over the finished ``seeds`` of a run directory."""
+    """Alignment numbers pooled over the finished ``seeds`` of a run directory, at the
+    primary thresholds (a sweep's first values: those variants, under their masks' names)."""
     if not seeds:
         return []
     read = lambda kind, cols: pl.concat([pl.read_parquet(f, columns=cols)  # noqa: E731
@@ -259,50 +269,43 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> li
     updates = read("updates", ["seed", "update_mask", "sample_id", "pos", "kept",
                                "delta_kl_topk", "delta_tv_topk"])
     t = cfg.thresholds
+    primary = {n: v.mask for n, v in variants(cfg.update_masks, cfg.sweep).items()
+               if all(getattr(t, f) == x for f, x in v.values)}
+    updates = (updates.filter(pl.col("update_mask").is_in(list(primary)))
+               .with_columns(pl.col("update_mask").replace(primary)))
     return alignment_summary(tokens, updates, delta_kl=t.delta_kl, delta_tv=t.delta_tv)
 
 
-def _models(cfg: ReplayConfig, dist: Dist
-            ) -> tuple[RolloutMeta, Policy, Policy | None, LogIndex]:
-    """Load and check the inputs; under FSDP load on the host, then shard onto the device."""
-    meta, policy, behaviour, index = _load(replace(cfg, device="cpu") if dist.fsdp else cfg)
-    check_world(dist, cfg.batch_size, index.n_rows)
-    if dist.fsdp:
-        for model in (policy, behaviour):
-            if model is not None:
-                shard_policy(model, cfg.device, dist.world_size)
-    return meta, policy, behaviour, index
-
-
-def _inputs_and_layout(cfg: ReplayConfig) -> tuple[dict, mf.RunLayout]:
-    hashes = {"log": mf.content_hashes(cfg.log), "checkpoint": mf.content_hashes(cfg.checkpoint)}
-    if cfg.behavior_checkpoint is not None:
-        hashes["behavior_checkpoint"] = mf.content_hashes(cfg.behavior_checkpoint)
+def _inputs_and_layout(cfg: ReplayConfig, steps: list[int | None]
+                       ) -> tuple[dict, mf.RunLayout]:
+    hashes = input_hashes(cfg, steps)
     return hashes, _check_run_dir(cfg, hashes)
 
 
 def _start(cfg: ReplayConfig, dist: Dist = LOCAL) -> tuple[Context, dict]:
     t0 = time.perf_counter()
-    meta, policy, behaviour, index = _models(cfg, dist)
+    meta, index, plan, first, steps = load_run_inputs(cfg, dist)
     load_s = time.perf_counter() - t0
-    hashes, layout = dist.from_main(lambda: _inputs_and_layout(cfg))  # rank 0 hashes
+    hashes, layout = dist.from_main(lambda: _inputs_and_layout(cfg, steps))  # rank 0 hashes
     doc = {"kind": "pdm_replay.replay", "status": "running", "config": cfg.to_json(),
-           "versions": mf.package_versions(), "hashes": hashes, "device": _device_info(cfg.device),
-           "log_meta": asdict(meta), "log_rows": index.n_rows, "warnings": _warnings(cfg, meta),
-           "started_at": _now(), "timings": {"load_s": load_s,
-                                             "hash_s": time.perf_counter() - t0 - load_s}}
+           "versions": mf.package_versions(), "hashes": hashes, "device": device_info(cfg.device),
+           "log_meta": asdict(meta), "log_rows": index.n_rows,
+           "warnings": run_warnings(cfg, meta, plan, templated(cfg)), "started_at": _now(),
+           "timings": {"load_s": load_s, "hash_s": time.perf_counter() - t0 - load_s},
+           **plan_doc(cfg, plan, first)}
     temperature = 1.0 if meta.temperature is None else meta.temperature
-    snapshot = ParamSnapshot(list(policy.model.parameters()))
     # Measured after the snapshot; the smallest over ranks, so every rank chunks alike.
     chunk = cfg.chunk_tokens or dist.min_int(auto_chunk_tokens(
-        cfg.device, policy.vocab_size, snapshot.params, cfg.optimizer))
+        cfg.device, first.policy.vocab_size, first.snapshot.params, cfg.optimizer))
     doc.update(chunk_tokens=chunk, distributed=dist.describe())
     if cfg.fsdp and not dist.fsdp:
         doc["warnings"].append("--fsdp without torchrun (one process): nothing to shard")
-    ctx = Context(cfg=cfg, meta=meta, policy=policy, behaviour=behaviour, index=index,
-                  layout=layout, record_masks=build_masks(cfg.masks, cfg.thresholds),
-                  update_masks=build_masks(cfg.update_masks, cfg.thresholds),
-                  snapshot=snapshot, dist=dist,
+    trainer = (trainer_variant(cfg.trainer_mask, cfg.sweep).build(cfg.thresholds)
+               if cfg.trainer_mask else None)
+    ctx = Context(cfg=cfg, meta=meta, index=index, plan=plan, layout=layout,
+                  record_masks=build_variants(cfg.masks, cfg.thresholds, cfg.sweep),
+                  update_masks=build_variants(cfg.update_masks, cfg.thresholds, cfg.sweep),
+                  models=first, per_step=templated(cfg), trainer_mask=trainer, dist=dist,
                   pass_cfg=PassConfig(temperature=temperature, chunk_tokens=chunk,
                                       lockstep=dist.fsdp))
     return ctx, doc
@@ -317,8 +320,12 @@ def _finish(ctx: Context, doc: dict, finished: set[int], t0: float) -> ReplayRes
     doc["timings"].update(seeds_s=time.perf_counter() - t0,
                           per_seed={str(r["seed"]): r["timings"] for r in records})
     doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
-               recompute_deviation=_aggregate_deviation(records),
+               recompute_deviation=rec.pool([r["deviation"] for r in records]),
                tokens=sum(r["tokens"] for r in records),
+               update_steps=rec.updates_by_seed(records),
+               behavior_fidelity=rec.behavior_fidelity(
+                   records, behaviour_dtype(cfg, ctx.meta),
+                   DTYPES[behaviour_dtype(cfg, ctx.meta)]),
                summary=[asdict(a) for a in summary])
     mf.write_manifest(layout, doc)
     return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)
@@ -338,13 +345,14 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
         mf.write_manifest(layout, doc)
     finished = set(dist.broadcast(layout.finished_seeds()))
     todo = [s for s in range(cfg.seeds) if s not in finished]
-    stages = len(todo) * (1 + len(ctx.update_masks))
+    per_group = 1 + len(ctx.update_masks) + (ctx.trainer_mask is not None)
+    stages = per_group * sum(len(ctx.groups(s)) for s in todo)
     state = {"stages": 0, "tokens": 0.0}
 
     def tick(tokens: int) -> None:
-        # A seed's tokens count once, spread over its stages (pre pass + one per mask).
+        # A group's tokens count once, spread over its stages (pre pass + one per update).
         state["stages"] += 1
-        state["tokens"] += tokens / (1 + len(ctx.update_masks))
+        state["tokens"] += tokens / per_group
         if on_progress:
             on_progress(state["stages"], stages,
                         state["tokens"] / max(time.perf_counter() - t0, 1e-9))

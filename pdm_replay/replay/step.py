@@ -3,8 +3,18 @@
 :func:`simulated_step` is the only place parameters change: it zeroes the gradients, runs
 the caller's ``backward`` (which fills ``p.grad``), lets an optional ``grad_reduce`` hook
 combine gradients across processes (torch.distributed all-reduce), takes one step of a
-fresh optimizer, hands the caller a :class:`ParamSnapshot` to measure with (``Δθ`` is
-``snapshot.delta()``, still available there), and restores θ from the snapshot.
+fresh optimizer (or of one the caller's factory makes, e.g. with the trainer's Adam
+state: :mod:`~pdm_replay.replay.optimizer_state`), hands the caller a
+:class:`ParamSnapshot` to measure with (``Δθ`` is ``snapshot.delta()``, still available
+there), and restores θ from the snapshot.
+
+``lr`` may be a :class:`TargetNorm` (``--lr auto``): every optimizer here moves θ by
+``lr · u`` with ``u`` independent of ``lr`` (SGD ``g``; Adam ``m̂/(√v̂ + ε)``, plus
+``wd · θ`` for AdamW's decoupled decay, from fresh or loaded moments), so one probe step at
+``lr = 1`` measures ``‖u‖`` and the step is taken at ``lr = norm / ‖u‖``, then corrected
+by the realized norm (:func:`take_step`). The realized ``‖Δθ‖`` differs from the intended
+``lr·‖u‖`` only by the rounding of ``θ + Δθ`` to the weights' dtype: by at most
+``‖½ ulp(θ)‖₂``, half an ulp of each updated weight.
 
 One snapshot serves a whole run: θ is restored after every step, so the snapshot taken
 at the start stays the reference. Restoring is ``copy_`` of the saved tensors: bit-exact.
@@ -23,6 +33,8 @@ Examples
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 import torch
@@ -31,6 +43,25 @@ from torch import Tensor, nn
 OPTIMIZERS = ("adam", "sgd")
 T = TypeVar("T")
 GradReduce = Callable[[Sequence[nn.Parameter]], None]
+OptimizerFactory = Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class TargetNorm:
+    """``--lr auto``: take the step at the lr whose realized ``‖Δθ‖₂`` is ``norm`` (to
+    ``rtol``, or as close as ``corrections`` secant steps on the realized norm get)."""
+
+    norm: float
+    rtol: float = 1e-7
+    corrections: int = 4
+
+
+@dataclass
+class StepInfo:
+    """What :func:`simulated_step` chose and realized: the lr and ``‖Δθ‖₂`` (float64)."""
+
+    lr: float = math.nan
+    step_norm: float = math.nan
 
 
 class ParamSnapshot:
@@ -55,6 +86,14 @@ class ParamSnapshot:
     def delta(self) -> list[Tensor]:
         """``Δθ = θ − θ_saved`` per parameter (call before :meth:`restore`)."""
         return [p.detach() - s.to(p.device) for p, s in zip(self.params, self.saved)]
+
+    @torch.no_grad()
+    def delta_norm(self) -> float:
+        """``‖θ − θ_saved‖₂`` in float64, one parameter at a time (no Δθ copy is kept)."""
+        total = 0.0
+        for p, s in zip(self.params, self.saved):
+            total += float((p.detach().double() - s.to(p.device).double()).square().sum())
+        return math.sqrt(total)
 
     @torch.no_grad()
     def matches(self) -> bool:
@@ -89,11 +128,49 @@ def surrogate_loss(logp_k: Tensor, logp_mu_k: Tensor, advantage: Tensor, weight:
     return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
 
 
+def take_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
+              make: OptimizerFactory, lr: float | TargetNorm) -> float:
+    """One optimizer step from θ (= ``snapshot``) on the gradients in ``p.grad``; returns
+    the lr used. A :class:`TargetNorm` probes at lr 1 first (gradients are kept), steps
+    at ``norm / ‖u‖``, then corrects ``lr`` by the realized norm (at most
+    ``TargetNorm.corrections`` more steps, until within ``rtol``): rounding ``θ + lr·u``
+    to the weights' grid is not random in ``lr`` (weights of one binade share one ulp), so
+    the realized norm is a staircase in ``lr`` with steps of about 1e-6 relative for
+    float32 weights moved by 1e-3 of their size."""
+    if not isinstance(lr, TargetNorm):
+        make(params, lr).step()
+        return lr
+    make(params, 1.0).step()
+    unit = snapshot.delta_norm()
+    snapshot.restore()
+    if unit == 0:  # nothing to scale: θ stays put
+        make(params, 0.0).step()
+        return 0.0
+    rate, best = lr.norm / unit, (math.inf, 0.0)
+    for _ in range(1 + lr.corrections):
+        make(params, rate).step()
+        err = snapshot.delta_norm() / lr.norm - 1
+        best = min(best, (abs(err), rate))
+        if abs(err) <= lr.rtol:
+            return rate
+        snapshot.restore()
+        rate /= 1 + err
+    make(params, best[1]).step()
+    return best[1]
+
+
 def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
-                   backward: Callable[[], None], *, optimizer: str, lr: float,
-                   measure: Callable[[ParamSnapshot], T],
-                   grad_reduce: GradReduce | None = None) -> T:
-    """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ."""
+                   backward: Callable[[], None], *, optimizer: str | OptimizerFactory,
+                   lr: float | TargetNorm, measure: Callable[[ParamSnapshot], T],
+                   grad_reduce: GradReduce | None = None,
+                   info: StepInfo | None = None) -> T:
+    """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ.
+
+    ``optimizer``: a name of :data:`OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
+    ``info`` receives the lr used and the realized ``‖Δθ‖₂``.
+    """
+    make = optimizer if callable(optimizer) else (
+        lambda ps, rate: make_optimizer(optimizer, ps, rate))
     for p in params:
         p.grad = None
     try:
@@ -104,7 +181,9 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             grad_reduce(params)
-        make_optimizer(optimizer, params, lr).step()
+        used = take_step(params, snapshot, make, lr)
+        if info is not None:
+            info.lr, info.step_norm = used, snapshot.delta_norm()
         return measure(snapshot)
     finally:
         for p in params:

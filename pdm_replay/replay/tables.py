@@ -41,15 +41,25 @@ class PreUpdate:
     stats: TokenStats
 
     def extra_columns(self) -> dict[str, np.ndarray]:
-        """``kl_exact``/``dkl_exact`` (N,) when a behaviour checkpoint was given."""
+        """``kl_exact``/``dkl_exact`` and the µ-fidelity gaps (N,) when a behaviour
+        checkpoint was given."""
         if self.pi.exact is None:
             return {}
         return {"kl_exact": self.pi.exact.kl_exact.numpy(),
-                "dkl_exact": self.pi.dkl_exact().numpy()}
+                "dkl_exact": self.pi.dkl_exact().numpy(), **behavior_gaps(self)}
 
     def support_lists(self) -> dict[str, pa.Array]:
         """The support list columns of tokens/v1 (:func:`~pdm_replay.tokens.support_lists`)."""
         return support_lists(self.support, self.mu.logp, self.pi.logp_s)
+
+
+def behavior_gaps(pre: PreUpdate) -> dict[str, np.ndarray]:
+    """Reloaded vs logged µ ``(N,)``: ``behavior_logp_gap`` (signed, at k) and
+    ``behavior_logp_gap_max`` (largest absolute gap over the valid slots of S)."""
+    exact, logged = pre.pi.exact, pre.mu.logp  # (N, M) each, -inf at invalid slots
+    gap = (exact.logp_mu_s - logged).abs().masked_fill(~pre.support.valid, 0.0)
+    return {"behavior_logp_gap": (exact.logp_mu_k - pre.mu.logp_k).numpy(),
+            "behavior_logp_gap_max": gap.amax(-1).numpy()}
 
 
 def log_support(flat: FlatTokens) -> tuple[Support, Reduced]:

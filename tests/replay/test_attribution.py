@@ -148,11 +148,16 @@ def test_jvp_linear_term_equals_finite_differences(sample_step):
     d0 = _kl_at(s, 0.0)
     central = (_kl_at(s, 0.05) - _kl_at(s, -0.05)) / 0.1
     assert torch.allclose(central[big], lin[big], rtol=2e-2, atol=1e-3 * lin.abs().max())
-    # The one-sided quotient (D(θ + εΔθ) − D(θ))/ε converges to it, with error O(ε).
+    # The one-sided quotient (D(θ + εΔθ) − D(θ))/ε converges to it, with error O(ε): by
+    # Taylor, (ε/2)·D'' + O(ε²), D'' from the central second difference. (Some tokens are
+    # strongly curved: in seed 0's batch the largest |lin| one has a one-sided error of
+    # 38% at ε = 0.1, 96% of it that second-order term.)
     errs = [((_kl_at(s, e) - d0) / e - lin)[big].abs().median() for e in (0.4, 0.1)]
     assert errs[1] < 0.5 * errs[0]
-    one_sided = (_kl_at(s, 0.1) - d0) / 0.1
-    assert torch.allclose(one_sided[big], lin[big], rtol=0.2, atol=1e-2 * lin.abs().max())
+    plus, minus = _kl_at(s, 0.1), _kl_at(s, -0.1)
+    one_sided, second = (plus - d0) / 0.1, (plus + minus - 2 * d0) / 0.1 ** 2
+    err = (one_sided - lin)[big]
+    assert torch.allclose(err, 0.05 * second[big], rtol=0.2, atol=1e-2 * lin.abs().max())
 
 
 def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
@@ -204,8 +209,10 @@ def _run(log: Path, ckpt: Path, out: Path, **kw):
 
 
 def test_realized_over_linear_tends_to_one_as_lr_shrinks(tmp_path, replay_log, model_dir):
+    # On seed 0's batch max |delta_kl_lin| ≈ 200·lr: these lrs take ΔD from ~2 (far from
+    # linear) down to ~0.02, where the relative curvature share is of order 1e-2.
     errs = []
-    for lr in (1.0, 1e-1, 1e-2):
+    for lr in (1e-2, 1e-3, 1e-4):
         u = _run(replay_log, model_dir, tmp_path / f"lr{lr}", optimizer="sgd", lr=lr,
                  update_masks=("none",), attribution_sample=0)
         lin, real = u.delta_kl_lin.to_numpy(), u.delta_kl_topk.to_numpy()

@@ -50,3 +50,38 @@ def test_replay_cli_unknown_update_mask(tmp_path: Path, replay_log: Path,
     res = runner.invoke(app, ["replay", str(replay_log), "--checkpoint", str(model_dir),
                               "--out", str(tmp_path / "run"), "--update-masks", "nope"])
     assert res.exit_code == 2 and "unknown mask(s) nope" in text(res)
+
+
+def test_replay_cli_actual_update_sweep_and_lr_auto(tmp_path: Path, replay_log: Path,
+                                                   model_dir: Path, behaviour_dir: Path
+                                                   ) -> None:
+    """The issue 17 options end to end; behaviour_dir stands in for θ_{t+1} (the same
+    architecture: a valid pair, whatever its weights)."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, [
+        "replay", str(replay_log), "--checkpoint", str(model_dir), "--out", str(out),
+        "--next-checkpoint", str(behaviour_dir), "--trainer-mask", "dppo_topk_kl@0.05",
+        "--lr", "auto", "--delta-kl", "0.05,0.15", "--seeds", "1", "--seed-by", "step",
+        "--batch-size", "6", "--chunk-tokens", "32", "--no-attribution",
+        "--update-masks", "none,dppo_topk_kl"])
+    assert res.exit_code == 0, res.output
+    said = text(res)
+    assert "actual update: the trainer's next checkpoint, kept by dppo_topk_kl@0.05" in said
+    assert "--lr auto: each simulated step scaled" in said
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["updates"] == ["actual", "none", "dppo_topk_kl@0.05", "dppo_topk_kl@0.15"]
+    assert m["config"]["sweep"]["delta_kl"] == [0.05, 0.15] and m["config"]["lr"] == "auto"
+    assert m["trainer_mask"] == {"mask": "dppo_topk_kl", "delta_kl": 0.05}
+    assert m["seed_plan"]["by"] == "step"
+
+
+def test_replay_cli_too_many_seeds_says_how_many_fit(tmp_path: Path, replay_log: Path,
+                                                     model_dir: Path) -> None:
+    res = runner.invoke(app, ["replay", str(replay_log), "--checkpoint", str(model_dir),
+                              "--out", str(tmp_path / "run"), "--seeds", "5",
+                              "--batch-size", "8"])
+    assert res.exit_code == 2 and "2 seeds fit" in text(res) and "--allow-overlap" in text(res)
+    res = runner.invoke(app, ["replay", str(replay_log), "--checkpoint", str(model_dir),
+                              "--out", str(tmp_path / "run"), "--lr", "fast"])
+    assert res.exit_code == 2 and "expected a number or 'auto'" in text(res)
+    assert not (tmp_path / "run").exists()

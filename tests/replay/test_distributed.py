@@ -18,6 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from replay_helpers import one_step_checkpoint
 
 from pdm_replay.replay.distributed import (Dist, all_reduce_grads, empty_batch, shard_bounds,
                                            shard_seed_batch)
@@ -263,9 +264,12 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_di
     lr 1e-2 keeps the attribution terms O(1): at lr 0.5 they reach ~144, where float32
     leaves ~5e-5 of absolute agreement (4e-7 relative)."""
     # --attribution-sample 2: fewer than the candidates, so the self term's token sample
-    # must be drawn over the global batch to match (not 2 per rank)
+    # must be drawn over the global batch to match (not 2 per rank); the actual update
+    # (with its linear term along θ_{t+1} − θ_t) runs sharded too
+    nxt = one_step_checkpoint(model_dir, tmp_path / "next", replay_log)
     args = [*COMMON, "--optimizer", "sgd", "--behavior-checkpoint", str(behaviour_dir),
-            "--attribution-sample", "2"]
+            "--attribution-sample", "2", "--next-checkpoint", str(nxt),
+            "--trainer-mask", "pdm_kl_agg"]
     ref = one_process(replay_log, model_dir, tmp_path / "one", args)
     res = torchrun([str(replay_log), "--checkpoint", str(model_dir), "--out",
                     str(tmp_path / "two"), *args])
@@ -281,8 +285,11 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_di
 
 @pytest.mark.slow
 def test_torchrun_fsdp_equals_one_process(tmp_path, replay_log, model_dir):
-    """FSDP2 on CPU/gloo: uneven micro-batch counts per rank (lockstep padding), SGD."""
-    args = [*COMMON, "--optimizer", "sgd", "--lr", "0.5", "--no-attribution"]
+    """FSDP2 on CPU/gloo: uneven micro-batch counts per rank (lockstep padding), SGD; the
+    next checkpoint sharded like the policy for the actual update."""
+    nxt = one_step_checkpoint(model_dir, tmp_path / "next", replay_log)
+    args = [*COMMON, "--optimizer", "sgd", "--lr", "0.5", "--no-attribution",
+            "--next-checkpoint", str(nxt), "--trainer-mask", "none"]
     ref = one_process(replay_log, model_dir, tmp_path / "one", args)
     res = torchrun([str(replay_log), "--checkpoint", str(model_dir), "--out",
                     str(tmp_path / "fsdp"), *args, "--fsdp"])

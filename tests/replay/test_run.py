@@ -146,7 +146,7 @@ DRIVER = textwrap.dedent("""
             sentinel.write_text("mid-seed")
             time.sleep(600)
     run_mod.write_table_atomic = write_then_hang
-    run_mod.run_replay(ReplayConfig(log=log, checkpoint=ckpt, out=out, seeds=3, batch_size=6,
+    run_mod.run_replay(ReplayConfig(log=log, checkpoint=ckpt, out=out, seeds=3, batch_size=5,
                                     micro_batch_size=4, lr=1e-3, chunk_tokens=16))
 """)
 
@@ -166,7 +166,7 @@ def test_sigkill_mid_seed_then_resume_equals_uninterrupted(tmp_path, replay_log,
     assert json.loads((killed / "manifest.json").read_text())["status"] == "running"
     assert sorted(p.name for p in (killed / "done").iterdir()) == ["seed=0.json"]
     assert (killed / "tokens" / "seed=1" / "part-0.parquet").exists()
-    cfg = dict(seeds=3, batch_size=6, micro_batch_size=4, lr=1e-3, chunk_tokens=16)
+    cfg = dict(seeds=3, batch_size=5, micro_batch_size=4, lr=1e-3, chunk_tokens=16)
     resumed = run_replay(ReplayConfig(log=replay_log, checkpoint=model_dir, out=killed,
                                       resume=True, **cfg))
     assert resumed.manifest["seeds_resumed"] == [0]
@@ -183,10 +183,10 @@ def test_failure_mid_run_marks_manifest_failed(tmp_path, replay_log, model_dir, 
     from pdm_replay.replay import run as run_mod
     real = run_mod.seed_batch
 
-    def fail_on_seed_1(index, batch_size, seed, vocab):
+    def fail_on_seed_1(index, batch_size, seed, vocab, **kw):
         if seed == 1:
             raise ValueError("seed 1: simulated bad row")
-        return real(index, batch_size, seed, vocab)
+        return real(index, batch_size, seed, vocab, **kw)
     monkeypatch.setattr(run_mod, "seed_batch", fail_on_seed_1)
     out = tmp_path / "run"
     with pytest.raises(ValueError, match="simulated bad row"):

@@ -136,3 +136,33 @@ def test_grad_reduce_hook_sees_every_gradient(setup):
 def test_unknown_optimizer():
     with pytest.raises(ValueError, match="optimizer"):
         make_optimizer("lion", [torch.nn.Parameter(torch.zeros(1))], 0.1)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_target_norm_step_has_that_norm_and_equals_an_explicit_lr_step(optimizer):
+    """--lr auto: the step taken at the lr TargetNorm chose is that lr's ordinary step
+    (bit for bit), and its realized ‖Δθ‖ is the target up to the rounding of θ + Δθ to
+    float32: at most ‖½ ulp‖ over the weights (twice θ's ulp where a weight crosses a
+    binade). Adam's first step moves every weight by ±lr almost exactly, so the rounding
+    errors of one binade align and the staircase is coarse; SGD's reach rtol."""
+    from pdm_replay.replay.step import StepInfo, TargetNorm
+
+    g = torch.Generator().manual_seed(0)
+    start = torch.randint(-512, 512, (64, 8), generator=g).float() / 1024
+    grad = torch.randn(64, 8, generator=g)
+    w = torch.nn.Parameter(start.clone())
+    snap = ParamSnapshot([w])
+
+    def backward():
+        (w * grad).sum().backward()
+    info = StepInfo()
+    moved = simulated_step([w], snap, backward, optimizer=optimizer, lr=TargetNorm(0.0123),
+                           measure=lambda s: s.delta()[0].clone(), info=info)
+    assert torch.equal(w.detach(), start)  # restored
+    ulp = torch.nextafter(start.abs(), torch.full_like(start, 1.0)) - start.abs()
+    assert abs(info.step_norm - 0.0123) <= float(ulp.double().norm())  # 2 × ‖½ ulp‖
+    if optimizer == "sgd":
+        assert info.step_norm == pytest.approx(0.0123, rel=1e-7)
+    again = simulated_step([w], snap, backward, optimizer=optimizer, lr=info.lr,
+                           measure=lambda s: s.delta()[0].clone())
+    assert torch.equal(moved, again)

@@ -1,0 +1,133 @@
+"""Which log rows each replay seed reads (SPEC §6): independent seeds by default.
+
+Seeds are the units the report's per-seed statistics (sign test, Wilcoxon) treat as
+independent samples, so by default no log row is in two seeds:
+
+- ``by="sample"`` (default): the log's rows are shuffled once (a fixed generator, not the
+  seed) and seed ``s`` takes the ``s``-th slice of ``batch_size`` rows. ``n_rows //
+  batch_size`` seeds fit (1 when the batch is at least the log: it takes every row). With
+  ``allow_overlap`` further seeds start a new round, a new shuffle (generator seeded by the
+  round): seeds of one round are disjoint, seeds of different rounds may share rows.
+- ``by="step"``: seed ``s`` is the ``s``-th logged step (ascending): its rows, or
+  ``batch_size`` of them drawn from a generator seeded by ``s`` when the step holds more.
+  As many seeds fit as the log has steps; overlap cannot help.
+
+A seed's rows depend only on the seed, the log and these options, never on how many seeds
+the run has, so ``--resume`` with more seeds extends a run. Rows come back sorted.
+
+Examples
+--------
+>>> plan = SeedPlan(n_rows=10, batch_size=4)
+>>> plan.capacity, plan.rows(0).tolist(), plan.rows(1).tolist()
+(2, [0, 1, 6, 8], [4, 5, 7, 9])
+>>> try:
+...     plan.check(3)
+... except ValueError as exc:
+...     print(exc)
+3 seeds of 4 samples need 12 distinct rows, the log has 10: 2 seeds fit; lower --seeds
+or --batch-size, or pass --allow-overlap (seeds then share samples)
+>>> steps = np.array([1, 1, 2, 2, 2, 3])
+>>> SeedPlan(6, 64, by="step", steps=steps).rows(1).tolist()
+[2, 3, 4]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SEED_BY = ("sample", "step")
+SHUFFLE_STREAM = 0x5EED  # first seed word of the shuffles (rounds / steps are the second)
+STEP_STREAM = 0x57E9
+
+
+def draw_rows(n_rows: int, batch_size: int, seed: int) -> np.ndarray:
+    """Sorted rows of seed ``seed`` (``by="sample"``): a slice of the round's shuffle.
+
+    >>> a, b = draw_rows(100, 30, 0), draw_rows(100, 30, 1)
+    >>> len(set(a) | set(b)) == 60, draw_rows(3, 8, seed=0).tolist()
+    (True, [0, 1, 2])
+    """
+    if batch_size >= n_rows:
+        return np.arange(n_rows)
+    per_round = n_rows // batch_size
+    rnd, slot = divmod(seed, per_round)
+    order = np.random.default_rng([SHUFFLE_STREAM, rnd]).permutation(n_rows)
+    return np.sort(order[slot * batch_size:(slot + 1) * batch_size])
+
+
+@dataclass(frozen=True, eq=False)
+class SeedPlan:
+    """The rows of every seed; ``steps`` ``(n_rows,)`` is each global row's logged step
+    (needed by ``by="step"`` and by :meth:`groups`)."""
+
+    n_rows: int
+    batch_size: int
+    by: str = "sample"
+    allow_overlap: bool = False
+    steps: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.by not in SEED_BY:
+            raise ValueError(f"--seed-by {self.by!r}: expected one of {', '.join(SEED_BY)}")
+        if self.by == "step" and self.steps is None:
+            raise ValueError("--seed-by step needs the log's step column")
+
+    @property
+    def distinct_steps(self) -> np.ndarray:
+        """The logged steps, ascending ``(S,)``."""
+        return np.unique(self.steps) if self.steps is not None else np.zeros(0, np.int64)
+
+    @property
+    def capacity(self) -> int:
+        """How many seeds fit without sharing a row."""
+        if self.by == "step":
+            return len(self.distinct_steps)
+        return 1 if self.batch_size >= self.n_rows else self.n_rows // self.batch_size
+
+    def check(self, seeds: int) -> None:
+        """Raise ``ValueError`` saying how many seeds fit when ``seeds`` do not."""
+        fit = self.capacity
+        if seeds <= fit:
+            return
+        if self.by == "step":
+            raise ValueError(f"--seed-by step replays one seed per logged step and the log "
+                             f"holds {fit} step(s): pass --seeds {fit} or fewer")
+        if not self.allow_overlap:
+            raise ValueError(
+                f"{seeds} seeds of {self.batch_size} samples need "
+                f"{seeds * self.batch_size} distinct rows, the log has {self.n_rows}: "
+                f"{fit} seed{'s' if fit != 1 else ''} fit; lower --seeds or --batch-size, or "
+                "pass --allow-overlap (seeds then share samples)")
+
+    def rows(self, seed: int) -> np.ndarray:
+        """Sorted global row indices of ``seed``'s batch."""
+        if self.by == "sample":
+            return draw_rows(self.n_rows, self.batch_size, seed)
+        step = self.distinct_steps[seed]
+        rows = np.flatnonzero(self.steps == step)
+        if rows.size > self.batch_size:
+            rng = np.random.default_rng([STEP_STREAM, seed])
+            rows = np.sort(rng.choice(rows, size=self.batch_size, replace=False))
+        return rows
+
+    def step_of(self, seed: int) -> int | None:
+        """The logged step a ``by="step"`` seed replays (None for ``by="sample"``)."""
+        return int(self.distinct_steps[seed]) if self.by == "step" else None
+
+    def groups(self, rows: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``rows`` split by logged step, ascending: ``[(step, sorted rows), ...]``."""
+        if self.steps is None:
+            raise ValueError("splitting a batch by step needs the log's step column")
+        steps = self.steps[rows]
+        return [(int(s), rows[steps == s]) for s in np.unique(steps)]
+
+    def overlap(self, seeds: int) -> dict:
+        """How seeds ``0..seeds-1`` share rows: the manifest's ``seed_overlap``."""
+        counts = np.bincount(np.concatenate([self.rows(s) for s in range(seeds)]),
+                             minlength=self.n_rows) if seeds else np.zeros(0, np.int64)
+        shared = int((counts > 1).sum())
+        return {"overlap": shared > 0, "samples_in_several_seeds": shared,
+                "max_seeds_per_sample": int(counts.max()) if counts.size else 0,
+                "distinct_samples": int((counts > 0).sum()), "disjoint_capacity": self.capacity}
