@@ -6,6 +6,7 @@ engine would, without the generator's own helpers.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,21 +38,35 @@ def recompute(model, row: dict) -> tuple[np.ndarray, list[np.ndarray]]:
     return at_k, at_top
 
 
-def bf16_ulps(model, samples: list[dict]) -> float:
-    """Largest |recomputed − logged| top-K log-prob over ``samples``, in bf16 ulps.
+def logit_ulps(model, samples: list[dict], dtype: torch.dtype = torch.bfloat16,
+               logged_k: str | None = None, logged_top: str = "topk_logprobs") -> float:
+    """Largest |recomputed − logged| log-prob over ``samples``, in ulps of ``dtype``.
 
-    bf16 keeps 8 significant bits, so a logit near ``z`` is only known to
-    ``2^(floor(log2 |z|) − 7)``; log-softmax inherits the error of the largest logit.
+    A float with ``m`` mantissa bits knows a logit near ``z`` only to
+    ``2^(floor(log2 |z|) − m)`` (bf16: m = 7, float32: m = 23); log-softmax inherits the
+    error of the largest logit, so that ulp is the unit in which two kernel paths (another
+    CPU's SIMD width, ``ATEN_CPU_CAPABILITY=default``) can disagree. ``logged_k`` adds the
+    sampled-token column to the comparison.
     """
+    mantissa = round(-math.log2(torch.finfo(dtype).eps))  # bf16: 7, float32: 23
     worst = 0.0
     for row in samples:
         z = response_logits(model, row)
         logp = torch.log_softmax(z, -1)
-        ulp = 2.0 ** (torch.floor(torch.log2(z.abs().max(-1).values)) - 7)  # (T,)
+        ulp = 2.0 ** (torch.floor(torch.log2(z.abs().max(-1).values)) - mantissa)  # (T,)
         for t, top in enumerate(row["topk_ids"]):
-            err = (logp[t, torch.tensor(top)] - torch.tensor(row["topk_logprobs"][t])).abs()
+            err = (logp[t, torch.tensor(top)] - torch.tensor(row[logged_top][t])).abs()
             worst = max(worst, float(err.max() / ulp[t]))
+        if logged_k is not None:
+            at_k = logp[torch.arange(len(row["response_ids"])), torch.tensor(row["response_ids"])]
+            err = (at_k - torch.tensor(row[logged_k])).abs() / ulp
+            worst = max(worst, float(err.max()))
     return worst
+
+
+def bf16_ulps(model, samples: list[dict]) -> float:
+    """Largest |recomputed − logged| behavior top-K log-prob, in bf16 ulps (see logit_ulps)."""
+    return logit_ulps(model, samples, torch.bfloat16)
 
 
 def rows(log: Path, limit: int | None = None) -> list[dict]:
