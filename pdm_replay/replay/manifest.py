@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdm_replay.io.atomic import atomic_write_bytes
+from pdm_replay.io.lock import LOCK_NAME
 
 VERSIONED = ("pdm_replay", "torch", "transformers", "safetensors", "tokenizers", "pyarrow",
              "numpy", "polars")
@@ -54,6 +55,10 @@ class RunLayout:
 
     def done_marker(self, seed: int) -> Path:
         return self.root / "done" / f"seed={seed}.json"
+
+    def started(self) -> bool:
+        """True when the directory holds anything but its writer lock (a run was begun)."""
+        return self.root.is_dir() and any(p.name != LOCK_NAME for p in self.root.iterdir())
 
     def finished_seeds(self) -> list[int]:
         done = self.root / "done"
