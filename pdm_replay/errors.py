@@ -55,6 +55,15 @@ class InputError(ValueError):
         return f"{text}; {self.fix}" if self.fix else text
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters (a corrupt file's bytes echoed back) shown as ?.
+
+    >>> printable("type: \x0f")
+    'type: ?'
+    """
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _names(exc: BaseException, path: Path | str) -> bool:
     return str(path) in str(exc)
 
@@ -71,7 +80,8 @@ def reading(path: Path | str, what: str = "Parquet file") -> Iterator[None]:
     except (InputError, FileNotFoundError, PermissionError, IsADirectoryError):
         raise
     except (pa.ArrowException, OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = printable(str(exc).strip().splitlines()[0] if str(exc).strip()
+                           else type(exc).__name__)
         if _names(exc, path):
             raise InputError(f"cannot read this {what}: {detail}", fix=CORRUPT_FIX) from exc
         raise InputError(f"cannot read this {what}: {detail}", file=path,

@@ -17,7 +17,8 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` as an error on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
