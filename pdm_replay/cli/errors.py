@@ -16,15 +16,19 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import click
 import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer import core as typer_core
 from typer.core import TyperGroup
 
 from pdm_replay.errors import InputError
 
+# The click Typer runs on: its own vendored copy (typer >= 0.24), else click itself.
+click = getattr(typer_core, "_click", None) or __import__("click")
+PASS_THROUGH: tuple[type[BaseException], ...] = (
+    typer.Exit, typer.Abort, SystemExit, click.exceptions.ClickException)
 USAGE, INTERNAL, INTERRUPTED = 2, 3, 130
 DEBUG_ENV = "PDM_REPLAY_DEBUG"
 DEBUG_KEY = "pdm_replay.debug"
@@ -39,8 +43,13 @@ def _is_duckdb_error(exc: BaseException) -> bool:
     return any(c.__module__.split(".")[0] in ("duckdb", "_duckdb") for c in type(exc).__mro__)
 
 
-def debug_enabled(ctx: click.Context) -> bool:
-    return bool(ctx.meta.get(DEBUG_KEY)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+def debug_enabled(ctx: Any | None = None) -> bool:
+    """``--debug`` on the command line (``ctx``: a Typer context; default the current one)
+    or ``PDM_REPLAY_DEBUG`` set."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        return True
+    ctx = ctx or click.globals.get_current_context(silent=True)
+    return ctx is not None and bool(ctx.meta.get(DEBUG_KEY))
 
 
 def _message(exc: BaseException) -> str:
@@ -77,22 +86,19 @@ def interrupt_note(command: str, params: Mapping[str, Any]) -> str:
     return "nothing was written"
 
 
-def run_guarded(ctx: click.Context, command: str) -> Any:
+def run_guarded(ctx: Any, command: str) -> Any:
     """Invoke ``ctx``'s command, turning every failure into a message and an exit code."""
     err = Console(stderr=True)
     debug = debug_enabled(ctx)
     try:
         return ctx.command.invoke(ctx)
-    except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, typer.Exit,
-            typer.Abort):
+    except PASS_THROUGH:
         raise
     except KeyboardInterrupt:
         _print(err, "interrupted", f"pdm-replay {command} stopped by Ctrl-C; "
                + interrupt_note(command, ctx.params))
         raise typer.Exit(INTERRUPTED)
     except BaseException as exc:
-        if isinstance(exc, SystemExit):
-            raise
         if debug:
             raise
         if isinstance(exc, INPUT_ERRORS) or _is_duckdb_error(exc):
@@ -106,11 +112,11 @@ def run_guarded(ctx: click.Context, command: str) -> Any:
 class GuardedGroup(TyperGroup):
     """The app's command group: runs the chosen command through :func:`run_guarded`.
 
-    ``click.Group.invoke`` (non-chained) re-done with the sub-context in reach, so the
-    interrupt note can read the command's options (``--out``).
+    ``TyperGroup.invoke`` re-done with the sub-context in reach, so the interrupt note
+    can read the command's options (``--out``).
     """
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         protected = getattr(ctx, "_protected_args", None)
         if not protected:
             return super().invoke(ctx)
@@ -120,7 +126,7 @@ class GuardedGroup(TyperGroup):
             name, cmd, args = self.resolve_command(ctx, args)
             assert cmd is not None and name is not None
             ctx.invoked_subcommand = name
-            click.Command.invoke(self, ctx)  # the group's callback: --debug
+            super(TyperGroup, self).invoke(ctx)  # the group's own callback: --debug
             sub_ctx = cmd.make_context(name, args, parent=ctx)
             with sub_ctx:
                 return run_guarded(sub_ctx, name)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -195,9 +194,10 @@ def load_policy(path: Path | str, *, dtype: str = "float32", device: str = "cpu"
             path, dtype=DTYPES[dtype], local_files_only=True,
             trust_remote_code=trust_remote_code,
             use_safetensors=files[0].suffix == ".safetensors")
-    # torch.load's refusals are UnpicklingError / RuntimeError / EOFError (a truncated file)
-    except (OSError, ValueError, KeyError, pickle.UnpicklingError, RuntimeError,
-            EOFError) as exc:
+    # Local files only: whatever from_pretrained raises means the files are unusable
+    # (torch.load alone raises UnpicklingError, RuntimeError, EOFError, even IndexError on
+    # a file that is not a pickle).
+    except Exception as exc:  # noqa: BLE001
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise CheckpointError(f"{path}: transformers could not load it ({type(exc).__name__}: "
                               f"{detail}); check the files are a complete save_pretrained "
