@@ -56,7 +56,7 @@ def stale_temps(target: Path) -> list[Path]:
     for p in target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"):
         pid = p.name[len(target.name) + 2:-len(TEMP_SUFFIX)].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            out.append(p)
+            out += [p, *stale_temps(p)]  # a temp's own temp (ingest stages through one)
     return out
 
 

@@ -117,8 +117,14 @@ def test_sigint_says_what_was_kept_and_how_to_resume(tmp_path: Path, replay_log:
     assert parquet_bytes(out) == reference and temps(out) == []
 
 
-@pytest.mark.parametrize("start", ["together", "staggered"])
-@pytest.mark.parametrize("second", ["same", "different"])
+# ~20 s each on 2 busy cores (two child processes): one combination in the default suite
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("start, second", [
+    ("together", "same"), pytest.param("together", "different", marks=SLOW),
+    pytest.param("staggered", "same", marks=SLOW),
+    pytest.param("staggered", "different", marks=SLOW)])
 def test_one_writer_per_run_directory(tmp_path: Path, replay_log: Path, model_dir: Path,
                                       reference: dict, start: str, second: str) -> None:
     out, signals = tmp_path / "run", tmp_path / "signals"
