@@ -38,7 +38,7 @@ import torch
 from pdm_replay.errors import InputError
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
-from pdm_replay.io.reader import FlatTokens
+from pdm_replay.io.reader import FlatTokens, read_table
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import records as rec
@@ -281,8 +281,9 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> li
     primary thresholds (a sweep's first values: those variants, under their masks' names)."""
     if not seeds:
         return []
-    read = lambda kind, cols: pl.concat([pl.read_parquet(f, columns=cols)  # noqa: E731
-                                         for s in seeds for f in layout.seed_parts(kind, s)])
+    read = lambda kind, cols: pl.concat([  # noqa: E731  (pyarrow: page checksums verified)
+        pl.from_arrow(read_table(f, columns=cols)) for s in seeds
+        for f in layout.seed_parts(kind, s)])
     tokens = read("tokens", ["seed", "sample_id", "pos", "kl_topk", "tv_topk"])
     updates = read("updates", ["seed", "update_mask", "sample_id", "pos", "kept",
                                "delta_kl_topk", "delta_tv_topk"])
