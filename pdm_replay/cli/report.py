@@ -92,8 +92,8 @@ def sql(
 ) -> None:
     """Run one SQL query over a run's views (read-only: exactly one SELECT/WITH/FROM/
     DESCRIBE/SUMMARIZE statement; COPY, EXPORT, ATTACH, DDL and SET are refused, and the
-    connection may read the run's files and nothing else). Example: pdm-replay sql RUN "SELECT * FROM disagreements
-    WHERE seed = $s" -p s 3"""
+    connection may read the run's files and nothing else). Example:
+    pdm-replay sql RUN "SELECT * FROM disagreements WHERE seed = $s" -p s 3"""
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
                     format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)

@@ -35,7 +35,6 @@ import polars as pl
 import pyarrow as pa
 import torch
 
-from pdm_replay.errors import InputError
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens, read_table
@@ -123,29 +122,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _refuse_existing(cfg: ReplayConfig) -> None:
-    if mf.RunLayout(cfg.out).started() and not cfg.resume:
-        raise InputError("run directory exists", file=cfg.out, fix="pass --resume to "
-                         "continue it, or choose a new --out")
-
-
-def _lock(cfg: ReplayConfig) -> DirLock:
-    """Take the run directory's writer lock (rank 0; created if missing), then refuse an
-    existing run without --resume: both before any input is loaded."""
-    lock = DirLock(cfg.out).acquire()
-    try:
-        _refuse_existing(cfg)
-    except BaseException:
-        lock.release(remove_if_empty=True)
-        raise
-    return lock
-
-
 def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     layout = mf.RunLayout(cfg.out)
     if not layout.started():
         return layout
-    _refuse_existing(cfg)
+    mf.refuse_existing(cfg.out, cfg.resume)
     old = mf.read_manifest(layout)
     before, now = old.get("config", {}), cfg.result_affecting()
     differ = sorted(k for k in set(before) | set(now)
@@ -361,7 +342,7 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     directory behind.
     """
     held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
-    dist.from_main(lambda: held.append(_lock(cfg)))
+    dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
     failed = True
     try:
         result = _run_locked(cfg, on_progress, grad_reduce, dist)
