@@ -7,9 +7,11 @@ read the run's Parquet files and nothing else, and cannot write files or change 
 so ad-hoc ``pdm-replay sql`` queries are harmless.
 
 Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs``,
+``comparisons`` (pair × δ, :mod:`pdm_replay.report.comparisons`), ``bases``,
 ``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
-``seed_wins``, ``realized_none``, ``sign_accuracy``, ``estimator_accuracy``,
+``seed_wins``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
+``sign_accuracy``, ``estimator_accuracy``,
 ``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``,
 ``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -46,6 +49,8 @@ import polars as pl
 import pyarrow as pa
 
 from pdm_replay.masks import MASKS
+from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
+                                           comparisons_table)
 from pdm_replay.report.run import RunInfo, discover_run
 from pdm_replay.run_masks import comparison_pairs
 from pdm_replay.schema import UPDATES_V1, tokens_schema
@@ -89,11 +94,12 @@ class ReportDB:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, info: RunInfo,
-                 temp_dir: Path | None = None) -> None:
+                 temp_dir: Path | None = None, layout: Layout | None = None) -> None:
         self.con = con
         self.info = info
         self._temp_dir = temp_dir
         self._cached = False
+        self.layout = layout or Layout((), (), ())
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
@@ -135,13 +141,27 @@ class ReportDB:
         self.close()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What the direction analysis of a connection compares (``comparisons``, ``bases``)
+    and which updates the run holds."""
+
+    updates: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+    bases: tuple[str, ...]
+
+
 def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-            threads: int | None = None, sandbox: bool = True) -> ReportDB:
+            threads: int | None = None, sandbox: bool = True,
+            thresholds: Mapping[str, float] | None = None,
+            step: int | None = None) -> ReportDB:
     """Open an in-memory DuckDB with every report view over ``source``.
 
     ``source`` is a replay run directory, a ``pdm-replay masks`` tokens file, or the
     :class:`RunInfo` of one. ``memory_limit`` bounds DuckDB's buffers (it spills to a
     private temp directory beyond it); ``threads`` defaults to DuckDB's choice.
+    ``thresholds`` (``delta_kl`` / ``delta_tv``) re-threshold the direction analysis at
+    report time; ``step`` keeps one logged step's tokens.
     """
     info = source if isinstance(source, RunInfo) else discover_run(source)
     temp_dir = Path(tempfile.mkdtemp(prefix="pdm_replay_duckdb_"))
@@ -150,14 +170,14 @@ def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_
         config["threads"] = threads
     con = duckdb.connect(":memory:", config=config)
     try:
-        _register(con, info)
+        layout = _register(con, info, thresholds or {}, step)
         if sandbox:
             _lock_down(con, info, temp_dir)
     except BaseException:
         con.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
-    return ReportDB(con, info, temp_dir)
+    return ReportDB(con, info, temp_dir, layout)
 
 
 def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
@@ -183,7 +203,8 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
     return masks, mask_pairs
 
 
-def _register(con: duckdb.DuckDBPyConnection, info: RunInfo) -> None:
+def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
+              thresholds: Mapping[str, float], step: int | None) -> Layout:
     masks, mask_pairs = _registry_tables(info)
     # Registered Arrow objects become views of these names; templates carry every column
     # of the contracts so that the SQL never depends on which columns a run has.
@@ -200,12 +221,19 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo) -> None:
         "hive_partitioning": info.kind == "replay",
         "eps": t.eps, "eps_low": t.eps_low, "eps_high": t.eps_high,
         "delta_kl": t.delta_kl, "delta_tv": t.delta_tv,
-        "thresholds_source": info.thresholds_source,
+        "thresholds_source": info.thresholds_source, "step": step,
     })
     con.execute(load_sql("base_tokens.sql"))
     con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
+    updates = tuple(r[0] for r in con.sql(
+        "SELECT DISTINCT update_mask FROM updates ORDER BY 1").fetchall())
+    cs = tuple(comparisons(info, updates, thresholds=thresholds))
+    names = tuple(bases(updates, has_updates=info.has_updates))
+    con.register("comparisons", comparisons_table(list(cs), has_updates=info.has_updates))
+    con.register("bases", bases_table(list(names)))
     for name in VIEW_FILES:
         con.execute(load_sql(name))
+    return Layout(updates, cs, names)
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, info: RunInfo, temp_dir: Path) -> None:

@@ -34,7 +34,8 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
             "Mask summary"} <= {s.value for s in at.subheader}
     assert {m.label for m in at.metric} >= {"Kind", "Status", "Seeds", "Tokens"}
     headline = at.dataframe[0].value
-    assert {"family", "estimator", "unsafe_keep_ratio", "unsafe_keep_predictive"} <= set(headline)
+    assert {"basis", "family", "estimator", "delta", "unsafe_ratio_pooled",
+            "unsafe_predictive_seed_mean", "empty_seeds"} <= set(headline)
     assert len(at.get("vega_lite_chart")) == 1
     masks = at.dataframe[1].value
     assert "none" in set(masks["mask"]) and (masks["keep_fraction"] <= 1).all()

@@ -12,10 +12,13 @@ from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 
-HEADLINE_HELP = ("Per (family, estimator): out-of-region and disagreement tokens per seed; "
-                 "unsafe-keep rate = share of kept disagreement tokens whose divergence grew "
-                 "(ΔD > 0) under the keeping mask's own update; corrective = ΔD < 0; wins = "
-                 "seeds where the predictive mask's unsafe-keep rate is lower.")
+HEADLINE_HELP = ("Per update basis (actual: the trainer's real step; own: each mask's own "
+                 "simulated update; none: keep-all) and (family, estimator, δ): out-of-region "
+                 "and disagreement tokens per seed; unsafe-keep rate = share of kept "
+                 "disagreement tokens whose divergence grew (ΔD > 0), pooled (Σ/Σ) and as a "
+                 "per-seed mean; corrective = ΔD < 0; wins / losses / ties / empty = seeds "
+                 "where the predictive mask's unsafe-keep rate is lower / higher / equal / "
+                 "a side kept nothing.")
 
 
 def _manifest(run: RunRef) -> None:

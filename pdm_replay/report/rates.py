@@ -1,0 +1,162 @@
+"""Rates over seeds and their uncertainty, as pure numpy functions (no I/O).
+
+Two ways to pool a rate num/den over seeds, both reported and named:
+
+- **pooled**: Σ_s num_s / Σ_s den_s (every kept token weighs the same);
+- **per-seed mean**: mean over the seeds with den_s > 0 of num_s / den_s (every seed
+  weighs the same; the paper's 34.2% / 36.9% read like this).
+
+Seed outcomes of a paired comparison: a win / loss / tie compares the two sides' per-seed
+rates; a seed where either side kept no measured token is *empty* (counted, never
+silently dropped). The interval of the ratio − predictive difference is a percentile
+bootstrap that resamples **samples** (clusters), not tokens: a sample's tokens, in every
+seed it appears in, move together, so a log whose seeds share samples does not look more
+precise than it is.
+
+Examples
+--------
+>>> r = rate_summary([1, 0, 3], [2, 0, 4])
+>>> r.pooled, r.seed_mean, r.n_seeds   # 4/6; (1/2 + 3/4)/2 over the 2 seeds with den > 0
+(0.6666666666666666, 0.625, 2)
+>>> seed_outcomes([0.5, 0.2, None, 0.3], [0.25, 0.2, 0.1, 0.4])
+Outcomes(wins=1, losses=1, ties=1, empty=1)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+BLOCK = 256  # resamples drawn at once: (BLOCK, n_clusters) weights bound the memory
+
+
+@dataclass(frozen=True)
+class RateSummary:
+    """``pooled`` Σnum/Σden and ``seed_mean`` over the ``n_seeds`` seeds with den > 0."""
+
+    pooled: float | None
+    seed_mean: float | None
+    n_seeds: int
+
+
+def rate_summary(num: Sequence[float], den: Sequence[float]) -> RateSummary:
+    """Pooled and per-seed-mean rate of per-seed counts ``num``, ``den`` ``(S,)``."""
+    n, d = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    has = d > 0
+    pooled = float(n.sum() / d.sum()) if d.sum() > 0 else None
+    mean = float(np.mean(n[has] / d[has])) if has.any() else None
+    return RateSummary(pooled, mean, int(has.sum()))
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Seeds where ratio − predictive unsafe-keep rate is > 0 (win), < 0, = 0, or a side
+    has no rate (empty)."""
+
+    wins: int
+    losses: int
+    ties: int
+    empty: int
+
+    @property
+    def compared(self) -> int:
+        return self.wins + self.losses + self.ties
+
+
+def _rates(values: Sequence[float | None]) -> np.ndarray:
+    return np.array([math.nan if v is None else float(v) for v in values], np.float64)
+
+
+def seed_outcomes(ratio: Sequence[float | None],
+                  predictive: Sequence[float | None]) -> Outcomes:
+    """Outcomes of per-seed rates ``(S,)`` (None / NaN: that side kept nothing measured)."""
+    diff = _rates(ratio) - _rates(predictive)
+    ok = np.isfinite(diff)
+    return Outcomes(int((diff[ok] > 0).sum()), int((diff[ok] < 0).sum()),
+                    int((diff[ok] == 0).sum()), int((~ok).sum()))
+
+
+@dataclass(frozen=True)
+class ClusterCounts:
+    """Kept disagreement tokens per (cluster, seed) row ``(R,)``: ``cluster`` indexes
+    0..n_clusters-1 (a sample), ``seed`` 0..n_seeds-1; counts of each side's measured and
+    unsafe tokens (0 where that side kept none)."""
+
+    cluster: np.ndarray
+    seed: np.ndarray
+    measured_ratio: np.ndarray
+    unsafe_ratio: np.ndarray
+    measured_predictive: np.ndarray
+    unsafe_predictive: np.ndarray
+    n_clusters: int
+    n_seeds: int
+
+
+@dataclass(frozen=True)
+class DiffInterval:
+    """Bootstrap intervals of the ratio − predictive unsafe-keep difference, pooled and
+    per-seed mean; ``n_resamples`` draws of ``n_clusters`` samples with replacement."""
+
+    pooled_low: float
+    pooled_high: float
+    seed_mean_low: float
+    seed_mean_high: float
+    n_resamples: int
+    n_clusters: int
+
+
+def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def weighted_diffs(c: ClusterCounts, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled and per-seed-mean differences ``(B,)`` under cluster ``weights`` ``(B, C)``
+    (each cluster's tokens count ``weights[b, cluster]`` times; NaN where undefined)."""
+    w = weights[:, c.cluster].astype(np.float64)  # (B, R)
+    counts = np.stack([c.measured_ratio, c.unsafe_ratio, c.measured_predictive,
+                       c.unsafe_predictive], axis=1).astype(np.float64)  # (R, 4)
+    m_r, u_r, m_p, u_p = (w @ counts).T  # each (B,)
+    pooled = _div(u_r, m_r) - _div(u_p, m_p)
+    onehot = np.zeros((len(c.seed), c.n_seeds))
+    onehot[np.arange(len(c.seed)), c.seed] = 1.0  # (R, S)
+    per = [(w * x.astype(np.float64)) @ onehot for x in (
+        c.unsafe_ratio, c.measured_ratio, c.unsafe_predictive, c.measured_predictive)]
+    diff = _div(per[0], per[1]) - _div(per[2], per[3])  # (B, S), NaN on empty sides
+    valid = np.isfinite(diff)
+    with np.errstate(invalid="ignore"):
+        mean = np.where(valid.any(axis=1), np.nansum(diff, axis=1) / valid.sum(axis=1),
+                        np.nan)
+    return pooled, mean
+
+
+def _percentiles(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    draws = draws[np.isfinite(draws)]
+    if not len(draws):
+        return math.nan, math.nan
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(draws, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def cluster_bootstrap_diff(c: ClusterCounts, *, n_resamples: int = 2000,
+                           confidence: float = 0.95, seed: int = 0) -> DiffInterval:
+    """Percentile intervals of the ratio − predictive unsafe-keep difference, resampling
+    the ``n_clusters`` samples with replacement (deterministic in ``seed``). Clusters with
+    no kept disagreement token take part in the draw (they weigh 0 tokens)."""
+    rng = np.random.default_rng(seed)
+    pooled, mean = [], []
+    if c.n_clusters and len(c.cluster):
+        p = np.full(c.n_clusters, 1.0 / c.n_clusters)
+        for start in range(0, n_resamples, BLOCK):
+            weights = rng.multinomial(c.n_clusters, p, size=min(BLOCK, n_resamples - start))
+            a, b = weighted_diffs(c, weights)
+            pooled.append(a)
+            mean.append(b)
+    pooled_all = np.concatenate(pooled) if pooled else np.zeros(0)
+    mean_all = np.concatenate(mean) if mean else np.zeros(0)
+    return DiffInterval(*_percentiles(pooled_all, confidence),
+                        *_percentiles(mean_all, confidence), n_resamples, c.n_clusters)
