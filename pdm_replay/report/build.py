@@ -27,6 +27,7 @@ from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
+from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.run import RunInfo
 from pdm_replay.run_masks import comparison_pairs
 
@@ -63,6 +64,8 @@ SECTIONS = (
     ("headline", "Direction analysis (SPEC §6): ratio vs predictive masks, per update "
                  "basis (actual = the trainer's real step; own = each mask's own simulated "
                  "update; none = the keep-all update)"),
+    ("threshold_comparison", "Threshold comparison (the paper's δ study): every δ side by "
+                             "side"),
     ("seed_rates", "Unsafe-keep and corrective rates per seed"),
     ("seed_wins", "Seed outcomes: predictive lower (win) / higher (loss) / equal (tie) "
                   "unsafe-keep rate than ratio, or a side with nothing kept (empty)"),
@@ -96,11 +99,14 @@ class Report:
     attribution: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.attribution
     certificates: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.certificates
     behavior_fidelity: pl.DataFrame = field(default_factory=pl.DataFrame)
+    threshold_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # sweeps only
     by: str | None = None  # "step" when every frame has a leading step column
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
-        """``(key, title, frame)`` of every table, in print order."""
-        return [(key, title, getattr(self, key)) for key, title in SECTIONS]
+        """``(key, title, frame)`` of every table, in print order (the threshold comparison
+        only when some comparison was analysed at several δ)."""
+        return [(key, title, getattr(self, key)) for key, title in SECTIONS
+                if key != "threshold_comparison" or getattr(self, key).height]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run description, every table as a list of rows, notes."""
@@ -142,7 +148,8 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   mask_summary=api.mask_summary(db), log_health=health, notes=notes,
                   confidence=confidence, attribution=split,
                   certificates=certificate_summary(db),
-                  behavior_fidelity=api.behavior_fidelity(db))
+                  behavior_fidelity=api.behavior_fidelity(db),
+                  threshold_comparison=threshold_comparison(head))
 
 
 def basis_notes(db: ReportDB) -> list[str]:

@@ -8,6 +8,7 @@ so ad-hoc ``pdm-replay sql`` queries are harmless.
 
 Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs``,
 ``comparisons`` (pair × δ, :mod:`pdm_replay.report.comparisons`), ``bases``,
+``mask_variants`` (the names mask@value of a sweep and their masks),
 ``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
 ``seed_wins``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
@@ -230,6 +231,9 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     cs = tuple(comparisons(info, updates, thresholds=thresholds))
     names = tuple(bases(updates, has_updates=info.has_updates))
     con.register("comparisons", comparisons_table(list(cs), has_updates=info.has_updates))
+    con.register("mask_variants", pa.table({
+        "name": pa.array(list(info.mask_variants), pa.string()),
+        "mask": pa.array([str(v["mask"]) for v in info.mask_variants.values()], pa.string())}))
     con.register("bases", bases_table(list(names)))
     for name in VIEW_FILES:
         con.execute(load_sql(name))

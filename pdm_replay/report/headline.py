@@ -146,3 +146,34 @@ SCHEMA = {
     "wilcoxon_p": _F, "seed_mean_ci_low": _F, "seed_mean_ci_high": _F,
     "seeds_independent": pl.Boolean, "bootstrap_resamples": _I, "bootstrap_clusters": _I,
 }
+
+
+SIDE_BY_SIDE = ("disagreement_per_seed", "unsafe_ratio_pooled", "unsafe_predictive_pooled",
+                "unsafe_ratio_seed_mean", "unsafe_predictive_seed_mean", "wins",
+                "seeds_compared")
+
+
+def threshold_comparison(head: pl.DataFrame) -> pl.DataFrame:
+    """The paper's δ comparison side by side: one row per (basis, family, estimator) that
+    was analysed at several δ, the :data:`SIDE_BY_SIDE` columns of each δ as
+    ``<column>@<δ>`` (empty when no comparison has two thresholds).
+
+    >>> h = pl.DataFrame({"basis": ["own"] * 2, "family": ["kl"] * 2,
+    ...                   "estimator": ["agg"] * 2, "delta": [0.05, 0.15],
+    ...                   **{c: [1, 2] for c in SIDE_BY_SIDE}})
+    >>> threshold_comparison(h).select("basis", "wins@0.05", "wins@0.15").row(0)
+    ('own', 1, 2)
+    """
+    keys = ["basis", "family", "estimator"]
+    if not head.height:
+        return pl.DataFrame()
+    swept = head.filter(pl.col("delta").n_unique().over(keys) > 1)
+    if not swept.height:
+        return pl.DataFrame()
+    wide = swept.with_columns(pl.col("delta").cast(pl.String).alias("at"))
+    out = wide.select(keys).unique(maintain_order=True)
+    for at in wide["at"].unique(maintain_order=True).to_list():
+        part = wide.filter(pl.col("at") == at).select(
+            *keys, *[pl.col(c).alias(f"{c}@{at}") for c in SIDE_BY_SIDE])
+        out = out.join(part, on=keys, how="left", maintain_order="left")
+    return out

@@ -67,6 +67,7 @@ def format_value(column: str, value: Any) -> str:
         return ", ".join(str(v) for v in value)
     if not isinstance(value, float):
         return str(value)
+    column = column.split("@")[0]  # a threshold comparison's <column>@<δ>
     if column in DIFF_COLUMNS:
         return f"{100 * value:+.1f} pp"
     if column.endswith("_p"):

@@ -207,3 +207,68 @@ def test_behavior_fidelity_against_one_rounding(hand_run: Path) -> None:
     assert a["within_one_rounding"] == pytest.approx(0.6)
     assert (d["n_tokens"], d["max_abs_gap"], d["within_one_rounding"]) == \
         pytest.approx((7, 0.02, 5 / 7))
+
+
+def make_sweep(run: Path, values: tuple[float, ...] = (0.1, 0.2)) -> Path:
+    """The hand run as a `--delta-kl 0.1,0.2` replay: KL masks as `<mask>@<value>` keep
+    columns and updates (the same ΔD at both values), mask_variants in the footer."""
+    kl = ("dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform")
+    variants = {f"{m}@{v!r}": {"mask": m, "delta_kl": v} for m in kl for v in values}
+    for seed in (1, 2):
+        f = run / "tokens" / f"seed={seed}" / "part-0000.parquet"
+        t = pq.read_table(f)
+        for m in kl:
+            col = t[f"keep_{m}"]
+            t = t.drop([f"keep_{m}"])
+            for v in values:
+                t = t.append_column(f"keep_{m}@{v!r}", col)
+        md = {**t.schema.metadata, b"pdm_replay.mask_variants": json.dumps(variants).encode()}
+        pq.write_table(t.replace_schema_metadata(md), f)
+        u = run / "updates" / f"seed={seed}" / "part-0000.parquet"
+        rows = pq.read_table(u).to_pylist()
+        out = [r for r in rows if r["update_mask"] not in kl]
+        out += [{**r, "update_mask": f"{r['update_mask']}@{v!r}"}
+                for r in rows if r["update_mask"] in kl for v in values]
+        pq.write_table(pa.Table.from_pylist(out, schema=UPDATES_V1), u)
+    return run
+
+
+def test_a_sweep_keeps_the_kl_family_grouped_by_threshold(hand_run: Path,
+                                                          tmp_path: Path) -> None:
+    from report_fixtures import write_run
+    plain = write_run(tmp_path / "plain")
+    with connect(plain) as db:
+        ref = {r["basis"]: r for r in api.headline(db, n_resamples=100).to_dicts()
+               if (r["family"], r["estimator"]) == ("kl", "agg")}
+    with connect(plain, thresholds={"delta_kl": 0.2}) as db:
+        at_02 = next(r for r in api.headline(db, n_resamples=100).to_dicts()
+                     if (r["family"], r["estimator"], r["basis"]) == ("kl", "agg", "none"))
+    with connect(make_sweep(hand_run)) as db:
+        report = build_report(db, bootstrap_samples=100)
+    rows = {(r["basis"], r["delta"]): r for r in report.headline.to_dicts()
+            if (r["family"], r["estimator"]) == ("kl", "agg")}
+    assert sorted(rows) == [("none", 0.1), ("none", 0.2), ("own", 0.1), ("own", 0.2)]
+    assert (rows[("own", 0.1)]["ratio_update"], rows[("own", 0.2)]["predictive_update"]) == \
+        ("dppo_topk_kl@0.1", "pdm_kl_agg@0.2")
+    names = {"ratio_update", "predictive_update"}
+    same = lambda a, b: {k: v for k, v in a.items() if k not in names} == \
+        {k: v for k, v in b.items() if k not in names}  # noqa: E731
+    # δ = 0.1 rows are the plain run's; `none` at 0.2 is the plain run re-thresholded
+    assert same(rows[("own", 0.1)], ref["own"]) and same(rows[("none", 0.1)], ref["none"])
+    assert same(rows[("none", 0.2)], at_02)
+    side = report.threshold_comparison.filter(
+        (pl.col("basis") == "none") & (pl.col("family") == "kl")
+        & (pl.col("estimator") == "agg")).row(0, named=True)
+    assert (side["disagreement_per_seed@0.1"], side["disagreement_per_seed@0.2"]) == (3.0, 1.5)
+    md = runner.invoke(app, ["report", str(hand_run), "-f", "markdown"])
+    assert "## Threshold comparison" in md.stdout
+
+
+def test_mask_summary_labels_sweep_variants(hand_run: Path) -> None:
+    with connect(make_sweep(hand_run)) as db:
+        ms = {r["mask"]: r for r in api.mask_summary(db).to_dicts()}
+    # variants take their mask's labels; their out-of-region count (at another δ than the
+    # primary one the counts use) is left empty; unswept masks keep theirs
+    assert (ms["pdm_kl_agg@0.2"]["family"], ms["pdm_kl_agg@0.2"]["estimator"],
+            ms["pdm_kl_agg@0.2"]["n_out_of_region"]) == ("kl", "agg", None)
+    assert ms["dppo_topk_tv"]["n_out_of_region"] == 2
