@@ -95,7 +95,8 @@ def sql(
     query: str = typer.Argument(..., help="SQL over the views: tokens, updates, "
                                 "out_of_region, disagreements, alignment_by_seed, seed_wins, "
                                 "sign_accuracy, estimator_accuracy, mask_summary, log_health, "
-                                "settings, masks, mask_pairs, ..."),
+                                "settings, masks, mask_pairs, comparisons, bases, "
+                                "cluster_counts, realized, ..."),
     param: Optional[list[str]] = typer.Option(
         None, "--param", "-p", metavar="NAME VALUE", parser=_keep,
         help="Bind $NAME to VALUE (repeatable); values are data, never SQL."),
