@@ -76,7 +76,7 @@ SECTIONS = (
     ("behavior_fidelity", "µ fidelity: logged vs reloaded behaviour log-probs"),
     ("certificates", "Sign certificates (KL): decisions the logged support alone settles"),
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
-                    "(update `none`)"),
+                    "(updates `actual` and `none`)"),
     ("mask_summary", "Mask summary"),
     ("log_health", "Log health"),
 )
@@ -136,7 +136,10 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     by_seed = api.alignment_by_seed(db)
     own = by_seed.filter(pl.col("basis") == "own")
     unmeasured = int((own["n_kept"] - own["n_measured"]).sum()) if own.height else 0
-    split = attribution_split(db)
+    splits = [attribution_split(db, update_mask=b) for b in db.layout.bases
+              if b in ("actual", "none")]  # the single updates, the trainer's first
+    split = pl.concat([s for s in splits if s.height]) if any(s.height for s in splits) \
+        else (splits[0] if splits else attribution_split(db))
     extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
     head = api.headline(db, n_resamples=bootstrap_samples, confidence=confidence,
                         seed=bootstrap_seed)

@@ -37,7 +37,8 @@ def add_actual(run: Path) -> Path:
                  "kl_topk_post": r["kl_topk"] + ACTUAL_KL.get((seed, r["pos"]), 0.0),
                  "tv_topk_post": r["tv_topk"],
                  "delta_kl_topk": ACTUAL_KL.get((seed, r["pos"]), 0.0), "delta_tv_topk": 0.0,
-                 "delta_logp": 0.1} for r in token_rows(seed)]
+                 "delta_logp": 0.1, "delta_kl_lin": -ACTUAL_KL.get((seed, r["pos"]), 0.0)}
+                for r in token_rows(seed)]
         pq.write_table(pa.Table.from_pylist(rows, schema=UPDATES_V1),
                        run / "updates" / f"seed={seed}" / "part-0001.parquet")
     manifest = {**MANIFEST, "trainer_mask": {"mask": "dppo_topk_kl"}}
@@ -82,6 +83,14 @@ def test_actual_update_comes_first_with_every_statistic(hand_run: Path) -> None:
     assert report.sign_accuracy["basis"].unique(maintain_order=True).to_list() == \
         ["actual", "none"]
     assert any("trainer used dppo_topk_kl" in n for n in report.notes)
+    # attribution along the real step (delta_kl_lin of the `actual` rows, here -ΔD: every
+    # sign error is curvature); the simulated updates carry no linear term in this run
+    split = report.attribution.filter(pl.col("scope") == "out_of_region")
+    assert set(split["update_mask"]) == {"actual"}
+    ratio = split.filter(pl.col("predictor") == "ratio").row(0, named=True)
+    # kept by dppo_topk_kl (the trainer's mask) among O with A != 0: s1 {2, 3}, s2 {2};
+    # realized (-, +) and (+), ratio predicts (-, -) and (-): 1 right, 2 wrong
+    assert (ratio["n_tokens"], ratio["n_errors"], ratio["n_curvature_all"]) == (3, 2, 2)
     dis = api.disagreements(db := connect(hand_run), family="kl", estimator="agg", seed=1)
     db.close()
     assert dis["delta_d_actual"].to_list() == pytest.approx([0.02, -0.03, 0.04])
