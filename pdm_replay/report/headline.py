@@ -29,12 +29,13 @@ import numpy as np
 import polars as pl
 
 from pdm_replay.report.db import ReportDB
-from pdm_replay.report.rates import (ClusterCounts, cluster_bootstrap_diff, rate_summary,
-                                     seed_outcomes)
+from pdm_replay.report.rates import (ClusterCounts, bootstrap_weights,
+                                     cluster_bootstrap_diff, rate_summary, seed_outcomes)
 from pdm_replay.report.stats import sign_test, wilcoxon_signed_rank
 
 KEYS = ("basis", "family", "estimator", "delta")
 SIDES = ("ratio", "predictive")
+SHARED_WEIGHTS_BYTES = 1 << 28  # 256 MiB of uint16 resample weights at most
 
 
 def _side_frame(by_seed: pl.DataFrame) -> pl.DataFrame:
@@ -77,14 +78,15 @@ def _seed_columns(g: pl.DataFrame, independent: bool) -> dict[str, Any]:
     }
 
 
-def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int) -> ClusterCounts:
+def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int,
+                   ids: dict[str, int]) -> ClusterCounts:
     """:class:`ClusterCounts` of one comparison's ``cluster_counts`` rows (samples numbered
-    in order of appearance; ``n_clusters`` counts every sample of the run)."""
+    by ``ids``, shared by every comparison; ``n_clusters`` counts every sample of the
+    run)."""
     wide = frame.pivot(on="direction", index=["sample_id", "seed"],
                        values=["n_measured", "n_unsafe"], aggregate_function="sum")
     col = lambda name: (wide[name].fill_null(0).to_numpy() if name in wide.columns  # noqa: E731
                         else np.zeros(wide.height, np.int64))
-    ids = {s: i for i, s in enumerate(dict.fromkeys(wide["sample_id"].to_list()))}
     seed_ix = {s: i for i, s in enumerate(seeds)}
     return ClusterCounts(
         cluster=np.array([ids[s] for s in wide["sample_id"].to_list()], np.int64),
@@ -92,7 +94,7 @@ def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int) -> Cl
         measured_ratio=col("n_measured_ratio"), unsafe_ratio=col("n_unsafe_ratio"),
         measured_predictive=col("n_measured_predictive"),
         unsafe_predictive=col("n_unsafe_predictive"),
-        n_clusters=max(n_clusters, len(ids)), n_seeds=len(seeds))
+        n_clusters=n_clusters, n_seeds=len(seeds))
 
 
 def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
@@ -102,6 +104,9 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
     clusters = db.named("cluster_counts")
     n_samples = int(db.named("n_samples")["n"][0])
     independent = db.info.kind == "replay" and not db.info.seeds_overlap
+    ids = {s: i for i, s in enumerate(clusters["sample_id"].unique(maintain_order=True))}
+    n_samples = max(n_samples, len(ids))
+    shared = _shared_weights(n_samples, len(ids), n_resamples, seed)
     masks = {(c.family, c.estimator, c.delta): c for c in db.layout.comparisons}
     rows = []
     for key, g in _side_frame(by_seed).group_by(KEYS, maintain_order=True):
@@ -109,8 +114,9 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
         c = masks[(family, estimator, delta)]
         g = g.sort("seed", nulls_last=True)
         mine = clusters.filter(*(pl.col(k) == v for k, v in zip(KEYS, key)))
-        ci = cluster_bootstrap_diff(cluster_counts(mine, g["seed"].to_list(), n_samples),
-                                    n_resamples=n_resamples, confidence=confidence, seed=seed)
+        ci = cluster_bootstrap_diff(cluster_counts(mine, g["seed"].to_list(), n_samples, ids),
+                                    n_resamples=n_resamples, confidence=confidence, seed=seed,
+                                    weights=shared)
         rates = _rate_columns(g)
         rows.append({
             "basis": basis, "family": family, "estimator": estimator, "delta": delta,
@@ -127,6 +133,16 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
             "seeds_independent": independent, "bootstrap_resamples": ci.n_resamples,
             "bootstrap_clusters": ci.n_clusters})
     return pl.DataFrame(rows, schema=SCHEMA).fill_nan(None)
+
+
+def _shared_weights(n_samples: int, n_active: int, n_resamples: int,
+                    seed: int) -> np.ndarray | None:
+    """One set of resamples for every comparison (they then share their draws), unless
+    it would exceed SHARED_WEIGHTS_BYTES (each comparison then draws its own)."""
+    itemsize = 2 if n_samples <= np.iinfo(np.uint16).max else 4
+    if not n_active or itemsize * n_resamples * n_active > SHARED_WEIGHTS_BYTES:
+        return None
+    return bootstrap_weights(n_samples, n_active, n_resamples, seed)
 
 
 def _diff(a: float | None, b: float | None) -> float | None:

@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-BLOCK = 256  # resamples drawn at once: (BLOCK, n_clusters) weights bound the memory
+DRAW_BUDGET = 1 << 22  # weights per block (32 MiB of int64/float64) bound the memory
 
 
 @dataclass(frozen=True)
@@ -116,16 +116,15 @@ def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 def weighted_diffs(c: ClusterCounts, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pooled and per-seed-mean differences ``(B,)`` under cluster ``weights`` ``(B, C)``
     (each cluster's tokens count ``weights[b, cluster]`` times; NaN where undefined)."""
-    w = weights[:, c.cluster].astype(np.float64)  # (B, R)
-    counts = np.stack([c.measured_ratio, c.unsafe_ratio, c.measured_predictive,
-                       c.unsafe_predictive], axis=1).astype(np.float64)  # (R, 4)
-    m_r, u_r, m_p, u_p = (w @ counts).T  # each (B,)
+    r, s = len(c.seed), c.n_seeds
+    design = np.zeros((r, 4 * s))  # column k*S + seed holds count k of the row's seed
+    for k, x in enumerate((c.unsafe_ratio, c.measured_ratio, c.unsafe_predictive,
+                           c.measured_predictive)):
+        design[np.arange(r), k * s + c.seed] = x
+    per = (weights[:, c.cluster].astype(np.float64) @ design).reshape(-1, 4, s)  # (B, 4, S)
+    u_r, m_r, u_p, m_p = per.sum(axis=2).T  # pooled sums, each (B,)
     pooled = _div(u_r, m_r) - _div(u_p, m_p)
-    onehot = np.zeros((len(c.seed), c.n_seeds))
-    onehot[np.arange(len(c.seed)), c.seed] = 1.0  # (R, S)
-    per = [(w * x.astype(np.float64)) @ onehot for x in (
-        c.unsafe_ratio, c.measured_ratio, c.unsafe_predictive, c.measured_predictive)]
-    diff = _div(per[0], per[1]) - _div(per[2], per[3])  # (B, S), NaN on empty sides
+    diff = _div(per[:, 0], per[:, 1]) - _div(per[:, 2], per[:, 3])  # (B, S), NaN: empty
     valid = np.isfinite(diff)
     with np.errstate(invalid="ignore"):
         mean = np.where(valid.any(axis=1), np.nansum(diff, axis=1) / valid.sum(axis=1),
@@ -142,18 +141,48 @@ def _percentiles(draws: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def resample_weights(rng: np.random.Generator, n_clusters: int, n_active: int,
+                     size: int) -> np.ndarray:
+    """``(size, n_active)`` counts: how often each of the first ``n_active`` of
+    ``n_clusters`` clusters is drawn in ``size`` resamples of ``n_clusters`` draws with
+    replacement (bootstrap weights restricted to the clusters that hold data). Exact and
+    cheaper than drawing every index: the number of draws that land on the active
+    clusters is Binomial(n_clusters, n_active / n_clusters), spread uniformly over them."""
+    hits = rng.binomial(n_clusters, n_active / n_clusters, size=size)
+    idx = rng.integers(0, n_active, size=int(hits.sum()))
+    rows = np.repeat(np.arange(size), hits)
+    return np.bincount(rows * n_active + idx, minlength=size * n_active).reshape(size,
+                                                                                 n_active)
+
+
+def bootstrap_weights(n_clusters: int, n_active: int, n_resamples: int,
+                      seed: int = 0) -> np.ndarray:
+    """``(n_resamples, n_active)`` resample weights of :func:`resample_weights`, drawn in
+    blocks from one generator seeded by ``seed`` (uint16 where counts cannot overflow)."""
+    rng = np.random.default_rng(seed)
+    dtype = np.uint16 if n_clusters <= np.iinfo(np.uint16).max else np.uint32
+    block = max(1, DRAW_BUDGET // max(n_active, 1))
+    return np.concatenate([
+        resample_weights(rng, n_clusters, n_active, min(block, n_resamples - start))
+        .astype(dtype) for start in range(0, n_resamples, block)])
+
+
 def cluster_bootstrap_diff(c: ClusterCounts, *, n_resamples: int = 2000,
-                           confidence: float = 0.95, seed: int = 0) -> DiffInterval:
+                           confidence: float = 0.95, seed: int = 0,
+                           weights: np.ndarray | None = None) -> DiffInterval:
     """Percentile intervals of the ratio − predictive unsafe-keep difference, resampling
     the ``n_clusters`` samples with replacement (deterministic in ``seed``). Clusters with
-    no kept disagreement token take part in the draw (they weigh 0 tokens)."""
-    rng = np.random.default_rng(seed)
+    no kept disagreement token take part in the draw (they weigh 0 tokens). ``weights``
+    ``(B, ≥ max cluster + 1)``, from :func:`bootstrap_weights`, lets several comparisons
+    share one set of resamples (their ``cluster`` indices then number the same samples)."""
+    if weights is None and c.n_clusters and len(c.cluster):
+        weights = bootstrap_weights(c.n_clusters, int(c.cluster.max()) + 1, n_resamples,
+                                    seed)
     pooled, mean = [], []
-    if c.n_clusters and len(c.cluster):
-        p = np.full(c.n_clusters, 1.0 / c.n_clusters)
-        for start in range(0, n_resamples, BLOCK):
-            weights = rng.multinomial(c.n_clusters, p, size=min(BLOCK, n_resamples - start))
-            a, b = weighted_diffs(c, weights)
+    if weights is not None and len(c.cluster):
+        block = max(1, DRAW_BUDGET // len(c.cluster))
+        for start in range(0, len(weights), block):
+            a, b = weighted_diffs(c, weights[start:start + block])
             pooled.append(a)
             mean.append(b)
     pooled_all = np.concatenate(pooled) if pooled else np.zeros(0)

@@ -102,3 +102,19 @@ def test_bootstrap_is_deterministic_and_brackets_possible_values(seed: int, b: i
 def test_empty_input_has_no_interval() -> None:
     ci = cluster_bootstrap_diff(counts([], 4, 2), n_resamples=10)
     assert all(math.isnan(v) for v in (ci.pooled_low, ci.pooled_high, ci.seed_mean_low))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_resample_weights_are_bootstrap_counts(n_clusters: int, data) -> None:
+    from pdm_replay.report.rates import resample_weights
+    n_active = data.draw(st.integers(1, n_clusters))
+    w = resample_weights(np.random.default_rng(0), n_clusters, n_active, 400)
+    assert w.shape == (400, n_active) and (w >= 0).all()
+    sums = w.sum(axis=1)
+    assert (sums <= n_clusters).all()  # the inactive clusters take the other draws
+    if n_active == n_clusters:
+        assert (sums == n_clusters).all()
+    # each cluster is drawn n_clusters * (1 / n_clusters) = 1 time on average; over 400
+    # resamples the mean's standard error is sqrt((1 - 1/C) / 400) <= 0.05: 6 sigma
+    assert abs(w.mean() - 1.0) < 0.3
