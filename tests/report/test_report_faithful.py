@@ -281,3 +281,13 @@ def test_mask_summary_labels_sweep_variants(hand_run: Path) -> None:
     assert (ms["pdm_kl_agg@0.2"]["family"], ms["pdm_kl_agg@0.2"]["estimator"],
             ms["pdm_kl_agg@0.2"]["n_out_of_region"]) == ("kl", "agg", None)
     assert ms["dppo_topk_tv"]["n_out_of_region"] == 2
+
+
+def test_dashboard_page_reads_the_actual_update(hand_run: Path) -> None:
+    from pdm_replay.report import dashboard_api as dapi
+    with connect(add_actual(hand_run)) as db:
+        page = dapi.disagreement_page(db, dapi.DisagreementFilter(
+            family="kl", estimator="agg", seed=1, update="actual"))
+    # seed 1 kl/agg disagreements {1, 2, 3}: ΔD under `actual` +0.02, -0.03, +0.04
+    assert page["update_mask"].to_list() == ["actual"] * 3
+    assert page["delta_d"].to_list() == pytest.approx([0.02, -0.03, 0.04])
