@@ -285,7 +285,8 @@ def test_mask_summary_labels_sweep_variants(hand_run: Path) -> None:
 
 def test_dashboard_page_reads_the_actual_update(hand_run: Path) -> None:
     from pdm_replay.report import dashboard_api as dapi
-    with connect(add_actual(hand_run)) as db:
+    db, _ = dapi.connect_dashboard(add_actual(hand_run))
+    with db:
         page = dapi.disagreement_page(db, dapi.DisagreementFilter(
             family="kl", estimator="agg", seed=1, update="actual"))
     # seed 1 kl/agg disagreements {1, 2, 3}: ΔD under `actual` +0.02, -0.03, +0.04
