@@ -136,10 +136,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     by_seed = api.alignment_by_seed(db)
     own = by_seed.filter(pl.col("basis") == "own")
     unmeasured = int((own["n_kept"] - own["n_measured"]).sum()) if own.height else 0
-    splits = [attribution_split(db, update_mask=b) for b in db.layout.bases
-              if b in ("actual", "none")]  # the single updates, the trainer's first
-    split = pl.concat([s for s in splits if s.height]) if any(s.height for s in splits) \
-        else (splits[0] if splits else attribution_split(db))
+    split = _attribution(db)
     extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
     head = api.headline(db, n_resamples=bootstrap_samples, confidence=confidence,
                         seed=bootstrap_seed)
@@ -153,6 +150,14 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   certificates=certificate_summary(db),
                   behavior_fidelity=api.behavior_fidelity(db),
                   threshold_comparison=threshold_comparison(head))
+
+
+def _attribution(db: ReportDB) -> pl.DataFrame:
+    """The attribution split under the single updates, the trainer's real step first."""
+    splits = [attribution_split(db, update_mask=b) for b in db.layout.bases
+              if b in ("actual", "none")]
+    found = [s for s in splits if s.height]
+    return pl.concat(found) if found else attribution_split(db)
 
 
 def basis_notes(db: ReportDB) -> list[str]:
@@ -173,11 +178,12 @@ def basis_notes(db: ReportDB) -> list[str]:
                      "samples (clustered), which stays valid")
     for c in layout.comparisons:
         if info.has_updates and not c.own_measured:
-            field = "--delta-kl" if c.family == "kl" else "--delta-tv"
+            option = "--delta-kl" if c.family == "kl" else "--delta-tv"
             notes.append(f"{c.family}/{c.estimator} at δ = {c.delta:g}: no own-update rates, "
-                         f"the replay simulated {c.ratio_mask} / {c.predictive_mask} at other "
-                         f"thresholds (replay {field} {c.delta:g} for them); the `actual` and "
-                         "`none` rates are re-thresholded from the stored columns")
+                         f"the replay did not simulate both {c.ratio_mask} and "
+                         f"{c.predictive_mask} at this δ (replay them with --update-masks "
+                         f"and {option} {c.delta:g}); the `actual` and `none` rates are "
+                         "computed from the stored columns at this δ")
     return notes
 
 
