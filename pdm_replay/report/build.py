@@ -170,12 +170,13 @@ def basis_notes(db: ReportDB) -> list[str]:
         notes.append("basis actual: ΔD after the trainer's real step (replay --next-checkpoint)"
                      "; each mask's kept tokens are its own decisions on π_pre"
                      + (f"; the trainer used {trainer['mask']}" if trainer else ""))
-    if info.seeds_overlap:
-        o = info.manifest["seed_overlap"]
-        notes.append(f"seeds overlap: {o.get('samples_in_several_seeds')} samples are in "
-                     "several seeds (replay --allow-overlap), so seeds are not independent: "
-                     "sign-test and Wilcoxon p-values are not shown; the intervals resample "
-                     "samples (clustered), which stays valid")
+    if info.kind == "replay" and not db.seeds_independent():
+        shared = db.shared_samples() or \
+            (info.manifest or {}).get("seed_overlap", {}).get("samples_in_several_seeds")
+        notes.append(f"seeds overlap: {shared} samples are in several seeds (replay "
+                     "--allow-overlap, or a replay from before disjoint seeds), so seeds are "
+                     "not independent: sign-test and Wilcoxon p-values are not shown; the "
+                     "intervals resample samples (clustered), which stays valid")
     for c in layout.comparisons:
         if info.has_updates and not c.own_measured:
             option = "--delta-kl" if c.family == "kl" else "--delta-tv"

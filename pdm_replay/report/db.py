@@ -101,6 +101,7 @@ class ReportDB:
         self._temp_dir = temp_dir
         self._cached = False
         self.layout = layout or Layout((), (), ())
+        self._shared: int | None = None
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
@@ -111,6 +112,17 @@ class ReportDB:
               sql_file: str = "queries.sql") -> pl.DataFrame:
         """Run the query ``name`` of ``pdm_replay/sql/<sql_file>`` with ``params``."""
         return self.query(named_queries(sql_file)[name], params)
+
+    def shared_samples(self) -> int:
+        """How many samples have tokens in several seeds (counted once per connection)."""
+        if self._shared is None:
+            self._shared = int(self.named("shared_samples")["n"][0])
+        return self._shared
+
+    def seeds_independent(self) -> bool:
+        """A replay whose seeds share no sample, by its tokens and by its manifest."""
+        return (self.info.kind == "replay" and not self.info.seeds_overlap
+                and self.shared_samples() == 0)
 
     def arrow_batches(self, sql: str, params: Mapping[str, Any] | None = None,
                       batch_rows: int = 65536) -> pa.RecordBatchReader:

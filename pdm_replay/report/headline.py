@@ -103,7 +103,7 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
     by_seed = db.named("alignment_by_seed")
     clusters = db.named("cluster_counts")
     n_samples = int(db.named("n_samples")["n"][0])
-    independent = db.info.kind == "replay" and not db.info.seeds_overlap
+    independent = db.seeds_independent()
     ids = {s: i for i, s in enumerate(clusters["sample_id"].unique(maintain_order=True))}
     n_samples = max(n_samples, len(ids))
     shared = _shared_weights(n_samples, len(ids), n_resamples, seed)

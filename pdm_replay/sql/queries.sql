@@ -52,6 +52,13 @@ ORDER BY basis, family, estimator, delta, sample_id, seed, direction;
 -- the disagreement set).
 SELECT count(DISTINCT sample_id) AS n FROM tokens;
 
+-- name: shared_samples
+-- Samples whose tokens are in more than one seed (seeds that overlap are not independent).
+SELECT count(*) AS n FROM (
+    SELECT sample_id FROM tokens WHERE seed IS NOT NULL
+    GROUP BY sample_id HAVING count(DISTINCT seed) > 1
+);
+
 -- name: behavior_fidelity
 SELECT * FROM behavior_fidelity($unit_roundoff);
 

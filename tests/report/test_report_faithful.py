@@ -292,3 +292,16 @@ def test_dashboard_page_reads_the_actual_update(hand_run: Path) -> None:
     # seed 1 kl/agg disagreements {1, 2, 3}: ΔD under `actual` +0.02, -0.03, +0.04
     assert page["update_mask"].to_list() == ["actual"] * 3
     assert page["delta_d"].to_list() == pytest.approx([0.02, -0.03, 0.04])
+
+
+def test_seeds_sharing_a_sample_in_the_data_are_not_independent(hand_run: Path) -> None:
+    # no seed_overlap in the manifest (an older replay), but seed 2's sample is also "a"
+    f = hand_run / "tokens" / "seed=2" / "part-0000.parquet"
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("sample_id"), "sample_id",
+                                pa.array(["a"] * t.num_rows)), f)
+    with connect(hand_run) as db:
+        assert (db.shared_samples(), db.seeds_independent()) == (1, False)
+        report = build_report(db, bootstrap_samples=50)
+    assert report.headline["sign_test_p"].is_null().all()
+    assert any("seeds overlap: 1 samples" in n for n in report.notes)
