@@ -25,7 +25,7 @@ from pdm_replay.report.attribution import SHARE_COLUMNS
 from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 
-DIFF_COLUMNS = ("mean_unsafe_diff", "unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
+DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
 RATE_COLUMNS = frozenset({
     "unsafe_keep_rate", "corrective_rate", "keep_fraction", "accuracy", "sign_agreement",
@@ -37,7 +37,7 @@ RATE_COLUMNS = frozenset({
 HEADLINE_LABELS = {
     "basis": "update", "family": "family", "estimator": "estimator", "delta": "δ",
     "n_seeds": "seeds", "out_of_region_per_seed": "out of region / seed",
-    "disagreement_per_seed": "disagree- ments / seed",
+    "disagreement_per_seed": "disagreements / seed",
     "unsafe_ratio_pooled": "unsafe: ratio (pooled)",
     "unsafe_predictive_pooled": "unsafe: pred. (pooled)",
     "unsafe_ratio_seed_mean": "unsafe: ratio (seed mean)",
