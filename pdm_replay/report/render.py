@@ -143,6 +143,8 @@ def _sentence(r: dict[str, Any], kind: str, confidence: float) -> str:
              f"{r['bootstrap_clusters']} samples); predictive lower on {r['wins']} of "
              f"{r['n_seeds']} seeds ({r['losses']} higher, {r['ties']} tied, "
              f"{r['empty_seeds']} with an empty side)")
+    if not r["seeds_compared"]:
+        return text + ", no seed to compare"
     if r["seeds_independent"]:
         return text + (f", sign test p = {v['sign_test_p']}, Wilcoxon p = "
                        f"{v['wilcoxon_p']} (over independent seeds)")
