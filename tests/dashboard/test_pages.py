@@ -126,6 +126,9 @@ def test_estimators_page(app_for, run_dir: Path) -> None:
     assert_clean(at)
     accuracy = at.dataframe[0].value
     assert set(accuracy["estimator"]) == {"agg", "uniform"}
+    assert {"all", "out_of_region", "disagreement"} <= set(accuracy["scope"])
+    # the synthetic run has exact slopes but no logged-vs-reloaded µ gap columns
+    assert any("logged-vs-reloaded µ gap" in i.value for i in at.info)
     assert len(at.get("vega_lite_chart")) == 1
     at.select_slider(key="est_limit").set_value(1000).run()
     assert any(c.value.startswith("1,000 tokens") or "tokens (fixed" in c.value
