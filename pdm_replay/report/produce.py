@@ -8,7 +8,7 @@ Examples
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> _ = produce_report(ReportConfig(source=example_run(), format="json", out=out))
 >>> sorted(json.loads(out.read_text()))[:3]
-['attribution', 'certificates', 'confidence']
+['attribution', 'behavior_fidelity', 'by']
 >>> text = run_sql(SqlConfig(source=example_run(), query="SELECT $x AS x",
 ...                          params=(("x", "'; DROP TABLE tokens; --"),), format="csv"))
 >>> text.splitlines()
@@ -29,8 +29,11 @@ from rich.console import Console
 from rich.table import Table
 
 from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_path_for
-from pdm_replay.report.build import FORMATS, Report, ReportConfig, build_report
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, connect
+from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report,
+                                     combine_by_step)
+from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, connect,
+                                  read_only_query)
+from pdm_replay.report.run import RunInfo
 from pdm_replay.report.render import (render_html, render_json, render_markdown,
                                       render_table)
 
@@ -58,13 +61,28 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
     """
     if cfg.format not in FORMATS:
         raise ValueError(f"unknown format {cfg.format!r}; expected one of {', '.join(FORMATS)}")
-    with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
-        report = build_report(db, bootstrap_samples=cfg.bootstrap_samples,
-                              confidence=cfg.confidence, bootstrap_seed=cfg.bootstrap_seed)
+    if cfg.by not in (None, "step"):
+        raise ValueError(f"--by {cfg.by!r}: expected step")
+    opts = {"memory_limit": cfg.memory_limit, "threads": cfg.threads,
+            "thresholds": cfg.thresholds()}
+    boot = {"bootstrap_samples": cfg.bootstrap_samples, "confidence": cfg.confidence,
+            "bootstrap_seed": cfg.bootstrap_seed}
+    with connect(cfg.source, **opts) as db:
+        report = build_report(db, **boot) if cfg.by is None else None
+        steps = logged_steps(db) if cfg.by == "step" else []
         plots = None
         if cfg.format == "html" or cfg.plots_dir is not None:
             from pdm_replay.report.plots import report_plots
             plots = report_plots(db)
+    if report is None:
+        per_step = {}
+        for step in steps:
+            with connect(db.info, step=step, **opts) as step_db:
+                per_step[step] = build_report(step_db, **boot)
+        if not per_step:
+            raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
+                             "(it holds no logged step)")
+        report = combine_by_step(per_step)
     text = render(report, cfg.format, plots)
     if cfg.out is not None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
@@ -72,6 +90,12 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
         for name, png in plots.items():
             atomic_write_bytes(Path(cfg.plots_dir) / f"{name}.png", png)
     return report, text
+
+
+def logged_steps(db: ReportDB) -> list[int]:
+    """The distinct logged steps of the run's tokens, ascending."""
+    return [int(r[0]) for r in db.con.sql(
+        "SELECT DISTINCT step FROM tokens WHERE step IS NOT NULL ORDER BY 1").fetchall()]
 
 
 @dataclass(frozen=True)
@@ -113,8 +137,10 @@ def run_sql(cfg: SqlConfig) -> str | None:
     if cfg.format == "parquet" and cfg.out is None:
         raise ValueError("--format parquet needs --out FILE")
     params = _param_dict(cfg.params)
+    query = read_only_query(cfg.query)
     with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
-        reader = db.arrow_batches(cfg.query, params)
+        _refuse_run_output(cfg.out, db.info)
+        reader = db.arrow_batches(query, params)
         if cfg.format == "parquet":
             with AtomicParquetWriter(Path(cfg.out), reader.schema) as writer:
                 for batch in reader:
@@ -130,6 +156,18 @@ def run_sql(cfg: SqlConfig) -> str | None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
         return None
     return text
+
+
+def _refuse_run_output(out: Path | str | None, info: RunInfo) -> None:
+    """``--out`` must not replace the run's own data (its Parquet files, manifest)."""
+    if out is None:
+        return
+    target = Path(out).resolve()
+    data = {p.resolve() for p in (*info.tokens_files, *info.updates_files)}
+    root = info.source.resolve() if info.source.is_dir() else None
+    if target in data or (root is not None and root in target.parents):
+        raise SqlRefused(f"--out {out} is inside the run being queried; write the result "
+                         "elsewhere", file=out)
 
 
 def _write_csv(reader: pa.RecordBatchReader, out: Path | None) -> str | None:
