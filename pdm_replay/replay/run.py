@@ -60,7 +60,9 @@ from pdm_replay.replay.summary import Alignment, alignment_summary
 from pdm_replay.replay.sweep import build_variants, trainer_variant, variants
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
+from pdm_replay.run_masks import torch_threads
 from pdm_replay.schema import RolloutMeta
+from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
 
@@ -336,9 +338,20 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary.
 
     Under torchrun every rank calls this with its :class:`~pdm_replay.replay.distributed.Dist`
-    (``init_from_env``); every rank returns rank 0's result.
+    (``init_from_env``); every rank returns rank 0's result. torch runs ``cfg.threads``
+    intra-op threads (default: the CPUs this process may use, shared by the ranks of a
+    CPU job) and gets its previous count back afterwards.
     """
+    processes = dist.world_size if cfg.device == "cpu" else 1
+    choice = choose_threads(cfg.threads, cpu_budget(), processes)
+    with torch_threads(choice.threads):
+        return _run_replay(cfg, on_progress, grad_reduce, dist, choice)
+
+
+def _run_replay(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
+                dist: Dist, threads: ThreadChoice) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
+    doc["threads"] = {**threads.to_json(), **wait_policy_record()}
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
     layout, t0 = ctx.layout, time.perf_counter()
     if dist.is_main:
