@@ -19,8 +19,10 @@ Examples
 2
 >>> choose_threads(4, CpuBudget(affinity=8, quota=None)).source
 '--threads'
->>> wait_policy_env({"OMP_WAIT_POLICY": "ACTIVE"})
-{'GOMP_SPINCOUNT': '10000'}
+>>> wait_policy_env({})
+{'OMP_WAIT_POLICY': 'PASSIVE', 'GOMP_SPINCOUNT': '0'}
+>>> wait_policy_env({"OMP_WAIT_POLICY": "ACTIVE"})  # the user's choice stands, whole
+{}
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ from pathlib import Path
 from typing import Mapping, MutableMapping
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# Idle OpenMP threads sleep (futex) instead of spinning. libgomp's own default spins about
-# 300,000 iterations (~3 ms) first; PASSIVE alone would spin 0, so every parallel region
-# would pay a wake-up. 10,000 (~0.1 ms) keeps back-to-back regions of one forward pass
-# warm on a quiet machine while yielding quickly under contention
-# (benchmarks/bench_contention.py measures both).
-WAIT_POLICY_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
+# Idle OpenMP threads sleep (futex) at once instead of spinning: libgomp's default spins
+# about 300,000 iterations (~3 ms) first. GOMP_SPINCOUNT=0 is what PASSIVE implies in
+# libgomp, spelled out. A short spin (10,000) was measured too and was slower both next to
+# a CPU hog and on the shared machine without one (benchmarks/README.md, contention).
+WAIT_POLICY_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"}
 
 
 @dataclass(frozen=True)
@@ -156,9 +157,11 @@ def choose_threads(requested: int | None, budget: CpuBudget, processes: int = 1
 
 
 def wait_policy_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of :data:`WAIT_POLICY_ENV` that ``environ`` does not set already (a
-    user's own setting always wins)."""
-    return {k: v for k, v in WAIT_POLICY_ENV.items() if k not in environ}
+    """:data:`WAIT_POLICY_ENV`, or nothing when ``environ`` sets either variable already: a
+    user's own policy wins, and a spin count of ours would change what it means."""
+    if any(k in environ for k in WAIT_POLICY_ENV):
+        return {}
+    return dict(WAIT_POLICY_ENV)
 
 
 def apply_wait_policy(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -88,15 +88,16 @@ def test_requested_threads_win() -> None:
         choose_threads(0, CpuBudget(affinity=2, quota=None))
 
 
-def test_wait_policy_respects_the_users_variables() -> None:
-    env = {"OMP_WAIT_POLICY": "active", "PATH": "/bin"}
-    added = apply_wait_policy(env)
-    assert added == {"GOMP_SPINCOUNT": WAIT_POLICY_ENV["GOMP_SPINCOUNT"]}
-    assert env["OMP_WAIT_POLICY"] == "active"  # the user's choice is kept
+@pytest.mark.parametrize("users", [{"OMP_WAIT_POLICY": "active"},
+                                   {"GOMP_SPINCOUNT": "300000"}])
+def test_wait_policy_respects_the_users_variables(users: dict[str, str]) -> None:
+    env = {**users, "PATH": "/bin"}
+    assert apply_wait_policy(env) == {}
+    assert env == {**users, "PATH": "/bin"}  # neither variable added next to the user's
+
+
+def test_wait_policy_default_is_passive_without_spinning() -> None:
+    env: dict[str, str] = {"PATH": "/bin"}
+    assert apply_wait_policy(env) == WAIT_POLICY_ENV
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["GOMP_SPINCOUNT"] == "0"
     assert wait_policy_env(env) == {}  # applying twice adds nothing
-
-
-def test_wait_policy_default_is_passive() -> None:
-    env: dict[str, str] = {}
-    apply_wait_policy(env)
-    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
