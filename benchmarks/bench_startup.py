@@ -12,13 +12,15 @@ replay of the shipped sample takes before its first seed starts.
    target <= 3 s). The child's imports are then listed by cost (``-X importtime``) so
    the floor (torch, transformers' modeling stack) is visible.
 
-Usage: ``python benchmarks/bench_startup.py [--repeats 5] [--json out.json]``
+Usage: ``python benchmarks/bench_startup.py [--repeats 5] [--baseline /work/main]
+[--json out.json]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -50,19 +52,25 @@ main()
 """
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], repo: Path = ROOT) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(cmd, cwd=repo, capture_output=True, check=True,
+                   env={**os.environ, "PYTHONPATH": str(repo)})
     return time.perf_counter() - t0
 
 
-def help_times(repeats: int) -> dict[str, float]:
-    out = {"python -c pass": statistics.median(wall([sys.executable, "-c", "pass"])
-                                               for _ in range(repeats))}
-    for name in COMMANDS:
-        cmd = [sys.executable, "-m", "pdm_replay", *([name] if name else []), "--help"]
-        out[f"pdm-replay {name} --help".replace("  ", " ")] = statistics.median(
-            wall(cmd) for _ in range(repeats))
+def help_times(repeats: int, baseline: Path | None) -> dict[str, dict[str, float]]:
+    """Median seconds per command; with ``baseline`` (another checkout, e.g. the main
+    branch) each repeat also runs there, in turns, so load changes hit both alike."""
+    out: dict[str, dict[str, float]] = {}
+    for name in ("pass", *COMMANDS):
+        cmd = [sys.executable, "-c", "pass"] if name == "pass" else \
+            [sys.executable, "-m", "pdm_replay", *([name] if name else []), "--help"]
+        runs = [(wall(cmd), wall(cmd, baseline) if baseline else None) for _ in range(repeats)]
+        label = "python -c pass" if name == "pass" else f"pdm-replay {name} --help"
+        out[label.replace("  ", " ")] = {
+            "s": statistics.median(r[0] for r in runs),
+            **({"baseline_s": statistics.median(r[1] for r in runs)} if baseline else {})}
     return out
 
 
@@ -83,6 +91,15 @@ def launch_to_first_seed(*flags: str) -> tuple[float, str]:
     return float(re.search(r"FIRST_SEED_AT (\S+)", res.stderr).group(1)) - t0, res.stderr
 
 
+# The floor: the interpreter, torch and the transformers modeling stack a Qwen3 checkpoint
+# needs, which every replay imports whatever pdm_replay does.
+FLOOR = "import torch, transformers.models.qwen3.modeling_qwen3"
+
+
+def import_floor() -> float:
+    return wall([sys.executable, "-c", FLOOR])
+
+
 def costliest_imports() -> list[tuple[str, float]]:
     """The top-level imports of the same child by cumulative seconds (-X importtime)."""
     _, stderr = launch_to_first_seed("-X", "importtime")
@@ -97,19 +114,25 @@ def costliest_imports() -> list[tuple[str, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout (e.g. of main) whose --help is timed alongside")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    helps = help_times(args.repeats)
-    for name, s in helps.items():
-        print(f"{name:36s} {s:6.3f} s")
+    helps = help_times(args.repeats, args.baseline)
+    for name, t in helps.items():
+        base = f"   baseline {t['baseline_s']:6.3f} s" if "baseline_s" in t else ""
+        print(f"{name:36s} {t['s']:6.3f} s{base}")
     firsts = [launch_to_first_seed()[0] for _ in range(max(1, args.repeats // 2))]
     first = statistics.median(firsts)
     print(f"1-seed replay, launch to first seed  {first:6.2f} s (median of {len(firsts)})")
+    floor = statistics.median(import_floor() for _ in firsts)
+    print(f"  of which the import floor ({FLOOR}) {floor:6.2f} s")
     imports = costliest_imports()
     for name, s in imports:
         print(f"  import {name:32s} {s:6.2f} s (cumulative)")
     if args.json:
         args.json.write_text(json.dumps({"help_s": helps, "before_first_seed_s": first,
+                                         "import_floor_s": floor,
                                          "imports_s": imports}, indent=1))
 
 
