@@ -15,11 +15,11 @@ from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, 
                                   parse_mask_list, threshold_options)
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS, ReplayConfig
 from pdm_replay.replay.seeds import SEED_BY
+from pdm_replay.replay.sweep import Sweep, parse_values
 
 if TYPE_CHECKING:
     from pdm_replay.replay.distributed import Dist
     from pdm_replay.replay.run import ReplayResult
-from pdm_replay.replay.sweep import Sweep, parse_values
 
 
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
