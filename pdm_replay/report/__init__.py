@@ -17,9 +17,9 @@ from typing import Any
 
 # Each public name and the module defining it, imported on first use: the CLI reads
 # ``report.limits`` for its --help, which must not load DuckDB, polars or torch.
-_API = ("alignment", "alignment_by_seed", "direction_terms", "disagreements",
-        "estimator_accuracy", "headline", "kept_deltas", "log_health", "mask_summary",
-        "seed_rates", "seed_wins", "settings", "sign_accuracy")
+_API = ("alignment", "alignment_by_seed", "behavior_fidelity", "direction_terms",
+        "disagreements", "estimator_accuracy", "headline", "kept_deltas", "log_health",
+        "mask_summary", "seed_rates", "seed_wins", "settings", "sign_accuracy")
 _HOME = {**{name: "api" for name in _API}, "Report": "build", "ReportConfig": "build",
          "build_report": "build", "ReportDB": "db", "connect": "db", "load_sql": "db",
          "RunInfo": "run", "discover_run": "run"}

@@ -1,7 +1,10 @@
 -- Core views: settings, seeds, the out-of-region set and the ratio/predictive decision pairs.
--- Families and estimators follow SPEC §4: family f in (kl, tv) compares dppo_topk_f (ratio
--- direction) with pdm_f_agg and pdm_f_uniform (predictive direction, same proximity test
--- f_topk > delta_f), so any difference between them is a difference of direction criterion.
+-- `comparisons` (registered from pdm_replay.report.comparisons) lists every registered
+-- (ratio, predictive) pair of a family f at each threshold delta analysed: both share the
+-- proximity test f_topk > delta, so any difference between them is one of direction.
+-- Decisions are re-derived from stored columns (the registry's rule, pdm_replay.masks.decide:
+-- masked iff outside and sign(A) * slope > 0), so they exist at any delta, not only at the
+-- thresholds the keep_<mask> columns were written at.
 
 CREATE OR REPLACE VIEW settings AS
 SELECT getvariable('report_run').kind AS kind,
@@ -15,40 +18,44 @@ SELECT getvariable('report_run').kind AS kind,
 CREATE OR REPLACE VIEW seeds AS
 SELECT DISTINCT seed FROM tokens;
 
--- One row per (family, token) with D_pre > delta. d_local is the local term of the KL slope
--- (pi_k - mu_k); the TV slope has no separate local column.
-CREATE OR REPLACE VIEW out_of_region AS
-SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-       logp_behavior, logp_train,
-       kl_topk AS d_pre, getvariable('report_run').delta_kl AS delta,
-       dkl_local AS d_local, dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact,
-       keep_dppo_topk_kl AS keep_ratio, keep_pdm_kl_agg AS keep_agg,
-       keep_pdm_kl_uniform AS keep_uniform
-FROM tokens
-WHERE kl_topk > getvariable('report_run').delta_kl
-UNION ALL
-SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-       logp_behavior, logp_train,
-       tv_topk AS d_pre, getvariable('report_run').delta_tv AS delta,
-       CAST(NULL AS DOUBLE) AS d_local, dtv_agg AS d_agg, dtv_uniform AS d_uniform,
-       CAST(NULL AS DOUBLE) AS d_exact,
-       keep_dppo_topk_tv AS keep_ratio, keep_pdm_tv_agg AS keep_agg,
-       keep_pdm_tv_uniform AS keep_uniform
-FROM tokens
-WHERE tv_topk > getvariable('report_run').delta_tv;
+-- "Moves away" as torch decides it: NaN compares false there (DuckDB orders NaN above
+-- every number, so it is excluded explicitly); A = 0 gives 0, never away.
+CREATE OR REPLACE MACRO moves_away(a, slope) AS
+    coalesce(NOT isnan(sign(a) * slope) AND sign(a) * slope > 0, false);
 
--- Out-of-region tokens x estimator, where the run holds both masks of the pair.
+-- One row per (family, delta, token) with D_pre > delta. d_local is the local term of the
+-- KL slope (pi_k - mu_k); the TV slope has no separate local column.
+CREATE OR REPLACE VIEW out_of_region AS
+WITH t AS (
+    SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
+           logp_behavior, logp_train, kl_topk AS d_pre, dkl_local AS d_local,
+           dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact
+    FROM tokens
+    WHERE NOT isnan(kl_topk)
+      AND kl_topk > (SELECT min(delta) FROM comparisons WHERE family = 'kl')
+    UNION ALL
+    SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
+           logp_behavior, logp_train, tv_topk AS d_pre, CAST(NULL AS DOUBLE) AS d_local,
+           dtv_agg AS d_agg, dtv_uniform AS d_uniform, CAST(NULL AS DOUBLE) AS d_exact
+    FROM tokens
+    WHERE NOT isnan(tv_topk)
+      AND tv_topk > (SELECT min(delta) FROM comparisons WHERE family = 'tv')
+),
+fd AS (SELECT DISTINCT family, delta FROM comparisons)
+SELECT t.family, t.seed, t.sample_id, t.pos, t.step, t.token_id, t.advantage, t.ratio,
+       t.logp_behavior, t.logp_train, t.d_pre, fd.delta, t.d_local, t.d_agg, t.d_uniform,
+       t.d_exact, moves_away(t.advantage, t.ratio - 1) AS away_ratio
+FROM t
+JOIN fd ON fd.family = t.family AND t.d_pre > fd.delta;
+
+-- Out-of-region tokens x each comparison of their family and delta: both masks' decisions
+-- (in the region nothing is masked, so keep = NOT away).
 CREATE OR REPLACE VIEW direction_pairs AS
-SELECT *
-FROM (
-    SELECT o.* EXCLUDE (d_agg, d_uniform, keep_agg, keep_uniform),
-           e.estimator,
-           'dppo_topk_' || o.family AS ratio_mask,
-           'pdm_' || o.family || '_' || e.estimator AS predictive_mask,
-           CASE e.estimator WHEN 'agg' THEN o.d_agg ELSE o.d_uniform END AS d_predictive,
-           CASE e.estimator WHEN 'agg' THEN o.keep_agg ELSE o.keep_uniform END
-               AS keep_predictive
-    FROM out_of_region AS o
-    CROSS JOIN (VALUES ('agg'), ('uniform')) AS e(estimator)
-)
-WHERE keep_ratio IS NOT NULL AND keep_predictive IS NOT NULL;
+SELECT o.* EXCLUDE (d_agg, d_uniform, away_ratio),
+       c.estimator, c.ratio_mask, c.predictive_mask, c.ratio_update, c.predictive_update,
+       CASE c.estimator WHEN 'agg' THEN o.d_agg ELSE o.d_uniform END AS d_predictive,
+       NOT o.away_ratio AS keep_ratio,
+       NOT moves_away(o.advantage, CASE c.estimator WHEN 'agg' THEN o.d_agg
+                                                    ELSE o.d_uniform END) AS keep_predictive
+FROM out_of_region AS o
+JOIN comparisons AS c ON c.family = o.family AND c.delta = o.delta;
