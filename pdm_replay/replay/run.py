@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -338,7 +339,10 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     intra-op threads (default: the CPUs this process may use, shared by the ranks of a
     CPU job) and gets its previous count back afterwards.
     """
-    processes = dist.world_size if cfg.device == "cpu" else 1
+    # The ranks sharing this machine's CPUs (torchrun sets LOCAL_WORLD_SIZE; on one node
+    # it equals the world size).
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    processes = local if cfg.device == "cpu" else 1
     choice = choose_threads(cfg.threads, cpu_budget(), processes)
     with torch_threads(choice.threads):
         return _run_replay(cfg, on_progress, grad_reduce, dist, choice)
