@@ -37,6 +37,7 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import write_table_atomic
+from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.replay import manifest as mf
@@ -128,11 +129,9 @@ def _now() -> str:
 
 def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     layout = mf.RunLayout(cfg.out)
-    if not cfg.out.exists():
+    if not layout.started():
         return layout
-    if not cfg.resume:
-        raise ValueError(f"{cfg.out}: run directory exists; pass --resume to continue it or "
-                         "choose a new --out")
+    mf.refuse_existing(cfg.out, cfg.resume)
     old = mf.read_manifest(layout)
     before, now = old.get("config", {}), cfg.result_affecting()
     differ = sorted(k for k in set(before) | set(now)
@@ -335,21 +334,33 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary.
 
     Under torchrun every rank calls this with its :class:`~pdm_replay.replay.distributed.Dist`
-    (``init_from_env``); every rank returns rank 0's result. torch runs ``cfg.threads``
-    intra-op threads (default: the CPUs this process may use, shared by the ranks of a
-    CPU job) and gets its previous count back afterwards.
+    (``init_from_env``); every rank returns rank 0's result. Rank 0 holds the run
+    directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
+    fails at once, naming the holder's PID. A start that fails its checks leaves no
+    directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
+    process may use, shared by the ranks on this machine) and gets its previous count
+    back afterwards.
     """
     # The ranks sharing this machine's CPUs (torchrun sets LOCAL_WORLD_SIZE; on one node
     # it equals the world size).
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    processes = local if cfg.device == "cpu" else 1
-    choice = choose_threads(cfg.threads, cpu_budget(), processes)
-    with torch_threads(choice.threads):
-        return _run_replay(cfg, on_progress, grad_reduce, dist, choice)
+    choice = choose_threads(cfg.threads, cpu_budget(), local if cfg.device == "cpu" else 1)
+    held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
+    dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
+    failed = True
+    try:
+        with torch_threads(choice.threads):
+            result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
+        failed = False
+        return result
+    finally:
+        for lock in held:
+            lock.release(remove_if_empty=failed)
 
 
-def _run_replay(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
-                dist: Dist, threads: ThreadChoice) -> ReplayResult:
+def _run_locked(cfg: ReplayConfig, on_progress: Progress | None,
+                grad_reduce: GradReduce | None, dist: Dist, threads: ThreadChoice
+                ) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
     doc["threads"] = {**threads.to_json(), **wait_policy_record()}
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
