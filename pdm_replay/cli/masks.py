@@ -11,7 +11,6 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.io.reader import count_rows
 from pdm_replay.masks import MASKS, Thresholds
 
 if TYPE_CHECKING:
@@ -88,7 +87,8 @@ def masks(
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
     logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
     """
-    # Imported when the command runs: torch is not needed for --help.
+    # Imported when the command runs: torch and the readers are not needed for --help.
+    from pdm_replay.io.reader import count_rows
     from pdm_replay.run_masks import MasksConfig, run_masks
     cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
                       thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),

@@ -338,17 +338,16 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
     fails at once, naming the holder's PID. A start that fails its checks leaves no
     directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
-    process may use, shared by the ranks on this machine) and gets its previous count
-    back afterwards.
+    process may use, shared by the ranks on this machine) and gets its previous count back.
     """
-    # The ranks sharing this machine's CPUs (torchrun sets LOCAL_WORLD_SIZE; on one node
-    # it equals the world size).
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    choice = choose_threads(cfg.threads, cpu_budget(), local if cfg.device == "cpu" else 1)
     held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
     dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
     failed = True
     try:
+        # The ranks sharing this machine's CPUs (torchrun sets LOCAL_WORLD_SIZE; on one
+        # node it equals the world size).
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+        choice = choose_threads(cfg.threads, cpu_budget(), local if cfg.device == "cpu" else 1)
         with torch_threads(choice.threads):
             result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
         failed = False
@@ -358,9 +357,8 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
             lock.release(remove_if_empty=failed)
 
 
-def _run_locked(cfg: ReplayConfig, on_progress: Progress | None,
-                grad_reduce: GradReduce | None, dist: Dist, threads: ThreadChoice
-                ) -> ReplayResult:
+def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
+                dist: Dist, threads: ThreadChoice) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
     doc["threads"] = {**threads.to_json(), **wait_policy_record()}
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
