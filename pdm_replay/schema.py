@@ -150,6 +150,12 @@ def keep_column(mask_name: str) -> str:
     return f"keep_{mask_name}"
 
 
+def weight_column(mask_name: str) -> str:
+    """Name of the tokens/v1 column holding a weight mask's real-valued gradient weight
+    ``w`` (surrogate ``−Σ w·r·Â / N``; TIS, CISPO, MIS)."""
+    return f"weight_{mask_name}"
+
+
 def _schema(columns: Iterable[Column], schema_id: str) -> pa.Schema:
     return pa.schema([c.arrow_field() for c in columns], metadata={SCHEMA_KEY: schema_id})
 
@@ -168,8 +174,12 @@ def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
         cols.extend(TOKEN_SUPPORT_COLUMNS)
     if exact:
         cols.extend(TOKEN_REPLAY_COLUMNS[1:])
+    from pdm_replay.masks import weight_masks  # the registry says which masks weigh
+    names = list(mask_names)
     cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")
-                for m in mask_names)
+                for m in names)
+    cols.extend(Column(weight_column(m), pa.float64(), "yes", f"gradient weight of mask {m}")
+                for m in weight_masks(names))
     return _schema(cols, TOKENS_SCHEMA_ID)
 
 

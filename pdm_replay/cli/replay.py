@@ -44,12 +44,12 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     m = result.manifest
     console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
                   f"-> {result.run_dir} ({seconds:.1f} s)")
-    t = Table(title="ratio (dppo_topk_<D>) vs predictive (pdm_<D>_<tail>)")
+    t = Table(title="ratio vs predictive mask of each registry pair")
     for col in ("D tail", "out of\nregion", "disagree", "unsafe keep\nratio",
                 "unsafe keep\npredictive", "pred. lower\n(seeds)"):
         t.add_column(col, justify="left" if col == "D tail" else "right", no_wrap=True)
     for a in result.summary:
-        t.add_row(f"{a.family.upper()} {a.predictive_mask.rsplit('_', 1)[1]}",
+        t.add_row(f"{a.family.upper()} {a.estimator}",
                   str(a.out_of_region), str(a.disagreement), _rate(a.unsafe_keep_ratio),
                   _rate(a.unsafe_keep_predictive),
                   f"{a.seeds_predictive_lower}/{a.seeds_compared}")
@@ -58,8 +58,8 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
         console.print("unsafe keep: share of the disagreement tokens a mask keeps whose D "
                       "grew under that mask's own update (lower is better)")
     else:
-        console.print("no alignment summary: --update-masks needs dppo_topk_<fam> and a "
-                      "pdm_<fam>_* mask")
+        console.print("no alignment summary: --update-masks needs both masks of a ratio / "
+                      "predictive pair (e.g. dppo_topk_kl and pdm_kl_agg)")
     _print_updates(m)
     dev = m.get("recompute_deviation")
     if dev:

@@ -1,8 +1,9 @@
 """Headline alignment numbers of a replay (SPEC §6), for the end-of-run summary.
 
 Per family (KL, TV) and predictive estimator: out-of-region tokens O = {D_pre > δ}; the
-disagreement set, tokens of O where the ratio mask (``dppo_topk_<fam>``) and the
-predictive mask (``pdm_<fam>_<est>``) decide differently; each mask's unsafe-keep rate
+disagreement set, tokens of O where the two masks of a registry pair
+(:func:`~pdm_replay.masks.mask_pairs`: ratio ``dppo_topk_<fam>``, predictive
+``pdm_<fam>_<est>``) decide differently; each mask's unsafe-keep rate
 (among disagreement tokens it keeps, the share whose D grew under its own update) and
 corrective rate (share whose D shrank); and on how many seeds the predictive mask's
 unsafe-keep rate was lower. The full reports live in ``pdm_replay.report``.
@@ -10,6 +11,8 @@ unsafe-keep rate was lower. The full reports live in ``pdm_replay.report``.
 Examples
 --------
 >>> import polars as pl
+
+from pdm_replay.masks import MASKS, mask_pairs
 >>> tok = pl.DataFrame({"seed": [0, 0], "sample_id": ["a", "a"], "pos": [0, 1],
 ...                     "kl_topk": [0.5, 0.5], "tv_topk": [0.0, 0.0]})
 >>> def upd(mask, kept, dkl):
@@ -29,9 +32,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from pdm_replay.masks import MASKS, mask_pairs
+
 KEY = ["seed", "sample_id", "pos"]
-FAMILIES = ("kl", "tv")
-ESTIMATORS = ("agg", "uniform")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Alignment:
     corrective_predictive: float | None
     seeds_predictive_lower: int
     seeds_compared: int
+    estimator: str | None = None  # the predictive mask's tail model (registry)
 
 
 def _mask_rows(updates: pl.DataFrame, mask: str, fam: str, tag: str) -> pl.DataFrame:
@@ -70,7 +74,7 @@ def _ratio(num: int, den: int) -> float | None:
 
 
 def _pair(tokens: pl.DataFrame, updates: pl.DataFrame, fam: str, delta: float,
-          ratio: str, pred: str) -> Alignment:
+          ratio: str, pred: str, estimator: str | None) -> Alignment:
     df = (tokens.select(*KEY, pl.col(f"{fam}_topk").alias("d_pre"))
           .join(_mask_rows(updates, ratio, fam, "r"), on=KEY)
           .join(_mask_rows(updates, pred, fam, "p"), on=KEY)
@@ -88,7 +92,7 @@ def _pair(tokens: pl.DataFrame, updates: pl.DataFrame, fam: str, delta: float,
         unsafe_keep_predictive=_ratio(tot.get("unsafe_p", 0), tot.get("n_p", 0)),
         corrective_ratio=_ratio(tot.get("corr_r", 0), tot.get("n_r", 0)),
         corrective_predictive=_ratio(tot.get("corr_p", 0), tot.get("n_p", 0)),
-        seeds_predictive_lower=lower.height, seeds_compared=both.height)
+        seeds_predictive_lower=lower.height, seeds_compared=both.height, estimator=estimator)
 
 
 def alignment_summary(tokens: pl.DataFrame, updates: pl.DataFrame, *, delta_kl: float,
@@ -96,11 +100,7 @@ def alignment_summary(tokens: pl.DataFrame, updates: pl.DataFrame, *, delta_kl: 
     """One :class:`Alignment` per family and predictive estimator whose ratio and
     predictive masks were both simulated (``updates.update_mask``); pooled over seeds."""
     simulated = set(updates["update_mask"].unique().to_list()) if updates.height else set()
-    out = []
-    for fam, delta in (("kl", delta_kl), ("tv", delta_tv)):
-        ratio = f"dppo_topk_{fam}"
-        for est in ESTIMATORS:
-            pred = f"pdm_{fam}_{est}"
-            if ratio in simulated and pred in simulated:
-                out.append(_pair(tokens, updates, fam, delta, ratio, pred))
-    return out
+    deltas = {"kl": delta_kl, "tv": delta_tv}
+    return [_pair(tokens, updates, p.family, deltas[p.family], p.base, p.other, p.estimator)
+            for p in mask_pairs([n for n in MASKS if n in simulated])
+            if p.family in deltas]
