@@ -13,7 +13,7 @@ from rich.table import Table
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.io.reader import list_parquet_files
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASKS, Thresholds, load_mask_module
 from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
 
 MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
@@ -36,10 +36,46 @@ EpsLow = Annotated[float, typer.Option("--eps-low", help="ε_low of clip_higher.
 EpsHigh = Annotated[float, typer.Option("--eps-high", help="ε_high of clip_higher.")]
 
 
+ClipRatioC = Annotated[float, typer.Option(
+    "--clip-ratio-c", min=0.0, help="verl's dual-clip c for ppo_clip and clip_higher (Â < 0 "
+    "and r > c get no gradient); 0 = off. verl_vanilla uses it, else verl's 3.0.")]
+MaskParams = Annotated[Optional[list[str]], typer.Option(
+    "--mask-param", help="FIELD=VALUE for any other mask parameter (repeatable), e.g. "
+    "tis_cap=4 or icepop_low=0.4; fields and defaults: the README mask table.")]
+MaskModules = Annotated[Optional[list[Path]], typer.Option(
+    "--mask-module", help="A Python file that registers masks of its own with "
+    "pdm_replay.masks.register (repeatable): they join every command, report and view.")]
+FIXED_FIELDS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c")
+
+
+def parse_mask_params(items: list[str] | None) -> dict[str, float]:
+    """``["tis_cap=4"]`` -> ``{"tis_cap": 4.0}``; fields with their own option are refused."""
+    out: dict[str, float] = {}
+    fields = [f for f in Thresholds.__dataclass_fields__ if f not in FIXED_FIELDS]
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in fields:
+            raise ValueError(f"--mask-param {item!r}: expected FIELD=VALUE with FIELD one of "
+                             f"{', '.join(fields)}")
+        try:
+            out[name] = float(value)
+        except ValueError as exc:
+            raise ValueError(f"--mask-param {item!r}: {value!r} is not a number") from exc
+    return out
+
+
+def load_mask_modules(paths: list[Path] | None) -> None:
+    """Import every ``--mask-module`` file (each registers its masks)."""
+    for path in paths or ():
+        load_mask_module(path)
+
+
 def threshold_options(eps: float, eps_low: float, eps_high: float, delta_kl: float,
-                      delta_tv: float) -> Thresholds:
+                      delta_tv: float, clip_ratio_c: float = 0.0,
+                      params: dict[str, float] | None = None) -> Thresholds:
     return Thresholds(eps=eps, eps_low=eps_low, eps_high=eps_high, delta_kl=delta_kl,
-                      delta_tv=delta_tv)
+                      delta_tv=delta_tv, clip_ratio_c=clip_ratio_c, **(params or {}))
 
 
 def print_summary(summary: MasksSummary, seconds: float) -> None:
@@ -68,6 +104,9 @@ def masks(
     eps: Eps = THRESHOLD_DEFAULTS.eps,
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
+    clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
+    mask_param: MaskParams = None,
+    mask_module: MaskModules = None,
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),
@@ -87,11 +126,14 @@ def masks(
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
     logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
     """
-    cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
-                      thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
-                      vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
-                      threads=threads)
     try:
+        load_mask_modules(mask_module)
+        cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
+                          thresholds=threshold_options(eps, eps_low, eps_high, delta_kl,
+                                                       delta_tv, clip_ratio_c,
+                                                       parse_mask_params(mask_param)),
+                          vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
+                          threads=threads)
         total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
         start = time.perf_counter()
         with progress_bar("masks", total, "samples") as bar:

@@ -11,8 +11,9 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
-                                  parse_mask_list, threshold_options)
+from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, ClipRatioC, EpsHigh,
+                                  EpsLow, MaskModules, MaskParams, load_mask_modules,
+                                  parse_mask_list, parse_mask_params, threshold_options)
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env
@@ -159,6 +160,9 @@ def replay(
     eps: Epss = str(THRESHOLD_DEFAULTS.eps),
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
+    clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
+    mask_param: MaskParams = None,
+    mask_module: MaskModules = None,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
                                       "(*.bin): they can run code; only for trusted files."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
@@ -181,6 +185,7 @@ def replay(
     """
     dist = LOCAL
     try:
+        load_mask_modules(mask_module)
         sweep = Sweep(eps=parse_values(eps, "--eps"),
                       delta_kl=parse_values(delta_kl, "--delta-kl"),
                       delta_tv=parse_values(delta_tv, "--delta-tv"))
@@ -191,7 +196,8 @@ def replay(
             optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
             behavior_dtype=behavior_dtype,
             thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
-                                         sweep.delta_tv[0]), sweep=sweep,
+                                         sweep.delta_tv[0], clip_ratio_c,
+                                         parse_mask_params(mask_param)), sweep=sweep,
             next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
             optimizer_state=optimizer_state, seed_by=seed_by, allow_overlap=allow_overlap,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
