@@ -209,3 +209,5 @@ def load_mask_module(path: str | Path) -> Any:
 
 
 from pdm_replay import mask_catalog  # noqa: E402,F401  (registers the built-in masks)
+
+BUILTIN: tuple[str, ...] = tuple(MASKS)  # the package's own masks (the README table)
