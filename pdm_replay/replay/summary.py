@@ -11,8 +11,6 @@ unsafe-keep rate was lower. The full reports live in ``pdm_replay.report``.
 Examples
 --------
 >>> import polars as pl
-
-from pdm_replay.masks import MASKS, mask_pairs
 >>> tok = pl.DataFrame({"seed": [0, 0], "sample_id": ["a", "a"], "pos": [0, 1],
 ...                     "kl_topk": [0.5, 0.5], "tv_topk": [0.0, 0.0]})
 >>> def upd(mask, kept, dkl):

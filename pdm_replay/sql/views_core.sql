@@ -1,7 +1,14 @@
 -- Core views: settings, seeds, the out-of-region set and the ratio/predictive decision pairs.
--- Families and estimators follow SPEC §4: family f in (kl, tv) compares dppo_topk_f (ratio
--- direction) with pdm_f_agg and pdm_f_uniform (predictive direction, same proximity test
--- f_topk > delta_f), so any difference between them is a difference of direction criterion.
+-- The pairs are the registry's (table mask_pairs, from pdm_replay.masks.mask_pairs): a
+-- ratio-direction and a predictive-direction mask of one family's proximity test
+-- f_topk > delta_f (SPEC §4), so any difference between them is a difference of direction
+-- criterion. No mask is named here: their keep_<mask> columns are read through mask_pairs.
+
+-- The keep columns of every registry pair (tokens has all of them: tokens_template).
+SET VARIABLE pair_keep_columns = (
+    SELECT list(DISTINCT c ORDER BY c)
+    FROM (SELECT ratio_keep AS c FROM mask_pairs UNION ALL
+          SELECT predictive_keep FROM mask_pairs));
 
 CREATE OR REPLACE VIEW settings AS
 SELECT getvariable('report_run').kind AS kind,
@@ -22,8 +29,7 @@ SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
        logp_behavior, logp_train,
        kl_topk AS d_pre, getvariable('report_run').delta_kl AS delta,
        dkl_local AS d_local, dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact,
-       keep_dppo_topk_kl AS keep_ratio, keep_pdm_kl_agg AS keep_agg,
-       keep_pdm_kl_uniform AS keep_uniform
+       COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
 FROM tokens
 WHERE kl_topk > getvariable('report_run').delta_kl
 UNION ALL
@@ -32,23 +38,42 @@ SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
        tv_topk AS d_pre, getvariable('report_run').delta_tv AS delta,
        CAST(NULL AS DOUBLE) AS d_local, dtv_agg AS d_agg, dtv_uniform AS d_uniform,
        CAST(NULL AS DOUBLE) AS d_exact,
-       keep_dppo_topk_tv AS keep_ratio, keep_pdm_tv_agg AS keep_agg,
-       keep_pdm_tv_uniform AS keep_uniform
+       COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
 FROM tokens
 WHERE tv_topk > getvariable('report_run').delta_tv;
 
--- Out-of-region tokens x estimator, where the run holds both masks of the pair.
+-- Out-of-region tokens x registry pair of their family, where the run holds both masks:
+-- the pair's two keep columns unpivoted to rows, then the pair's two decisions side by side.
 CREATE OR REPLACE VIEW direction_pairs AS
-SELECT *
-FROM (
-    SELECT o.* EXCLUDE (d_agg, d_uniform, keep_agg, keep_uniform),
-           e.estimator,
-           'dppo_topk_' || o.family AS ratio_mask,
-           'pdm_' || o.family || '_' || e.estimator AS predictive_mask,
-           CASE e.estimator WHEN 'agg' THEN o.d_agg ELSE o.d_uniform END AS d_predictive,
-           CASE e.estimator WHEN 'agg' THEN o.keep_agg ELSE o.keep_uniform END
+WITH k AS (
+    UNPIVOT (SELECT family, seed, sample_id, pos,
+                    COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
+             FROM out_of_region)
+    ON COLUMNS('^keep_') INTO NAME keep_column VALUE keep
+),
+pk AS (
+    SELECT k.family, k.seed, k.sample_id, k.pos, p.ord, p.estimator, p.ratio_mask,
+           p.predictive_mask,
+           any_value(k.keep) FILTER (WHERE k.keep_column = p.ratio_keep) AS keep_ratio,
+           any_value(k.keep) FILTER (WHERE k.keep_column = p.predictive_keep)
                AS keep_predictive
-    FROM out_of_region AS o
-    CROSS JOIN (VALUES ('agg'), ('uniform')) AS e(estimator)
+    FROM k
+    JOIN mask_pairs AS p
+      ON p.family = k.family AND k.keep_column IN (p.ratio_keep, p.predictive_keep)
+    GROUP BY k.family, k.seed, k.sample_id, k.pos, p.ord, p.estimator, p.ratio_mask,
+             p.predictive_mask
+),
+b AS (
+    SELECT COLUMNS(lambda c: NOT list_contains(getvariable('pair_keep_columns'), c))
+    FROM out_of_region
 )
-WHERE keep_ratio IS NOT NULL AND keep_predictive IS NOT NULL;
+SELECT b.* EXCLUDE (d_agg, d_uniform), pk.keep_ratio, pk.estimator, pk.ratio_mask,
+       pk.predictive_mask,
+       CASE pk.estimator WHEN 'agg' THEN b.d_agg WHEN 'uniform' THEN b.d_uniform END
+           AS d_predictive,
+       pk.keep_predictive
+FROM b
+JOIN pk
+  ON pk.family = b.family AND pk.seed IS NOT DISTINCT FROM b.seed
+ AND pk.sample_id = b.sample_id AND pk.pos = b.pos
+WHERE pk.keep_ratio IS NOT NULL AND pk.keep_predictive IS NOT NULL;
