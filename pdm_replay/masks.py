@@ -158,6 +158,15 @@ def mask_pairs(names: Iterable[str] | None = None) -> list[MaskPair]:
     return out
 
 
+def comparison_pairs(names: Iterable[str] | None = None
+                     ) -> list[tuple[str, str | None, str, str]]:
+    """``(family, estimator, ratio_mask, predictive_mask)`` of the registry's
+    :func:`~pdm_replay.masks.mask_pairs` among ``names`` that enter a divergence family's
+    alignment statistics (the predictive mask declares the family)."""
+    return [(p.family, p.estimator, p.base, p.other) for p in mask_pairs(names)
+            if p.family is not None]
+
+
 def resolve_names(names: Iterable[str] | None) -> list[str]:
     """Validate mask names (``None`` = all, registry order); unknown names raise ``ValueError``."""
     if names is None:

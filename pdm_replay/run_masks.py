@@ -31,7 +31,7 @@ from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches, read_meta
-from pdm_replay.masks import Mask, Thresholds, build_masks, mask_pairs, resolve_names
+from pdm_replay.masks import Mask, Thresholds, build_masks, comparison_pairs, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
@@ -87,14 +87,6 @@ def default_workers() -> int:
     writer threads limit)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cpus or 1, 8))
-
-
-def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:
-    """``(family, estimator, ratio_mask, predictive_mask)`` of the registry's
-    :func:`~pdm_replay.masks.mask_pairs` among ``names`` that enter a divergence family's
-    alignment statistics (the predictive mask declares the family)."""
-    return [(p.family, p.estimator, p.base, p.other) for p in mask_pairs(names)
-            if p.family is not None]
 
 
 def _check_train_columns(log: Path) -> None:

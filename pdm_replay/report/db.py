@@ -45,9 +45,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from pdm_replay.masks import MASKS
+from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.run import RunInfo, discover_run
-from pdm_replay.run_masks import comparison_pairs
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
