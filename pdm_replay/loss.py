@@ -34,13 +34,20 @@ from pdm_replay.math.support import build_support, reduce_logged_pair
 from pdm_replay.replay.step import surrogate_loss
 
 
-def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor, token_ids: Tensor,
-               topk_ids: Tensor | None, topk_logp_behavior: Tensor | None,
-               topk_logp_train: Tensor | None, vocab_size: int) -> TokenStats:
+def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
+               token_ids: Tensor | None, topk_ids: Tensor | None,
+               topk_logp_behavior: Tensor | None, topk_logp_train: Tensor | None,
+               vocab_size: int | None) -> TokenStats:
     """TokenStats ``(N,)`` of flat loss tokens, detached: ``logp``, ``logp_behavior``,
     ``advantages``, ``token_ids`` ``(N,)``; top-K ids and log-probs ``(N, K)`` (None: the
-    binary support {k} + tail, so only ratio / binary masks are meaningful)."""
+    binary support {k} + tail, so only ratio / binary masks are meaningful, and the token
+    ids are not needed). ``vocab_size`` None: the uniform-tail estimators see no unseen
+    token (they then equal the aggregated ones)."""
     n = logp.shape[0]
+    if token_ids is None:
+        if topk_ids is not None:
+            raise ValueError("policy_loss: topk_ids needs token_ids (the sampled tokens)")
+        token_ids = torch.zeros(n, dtype=torch.long, device=logp.device)
     if topk_ids is None:
         topk_ids = torch.zeros(n, 0, dtype=torch.long, device=logp.device)
         topk_logp_behavior = topk_logp_train = torch.zeros(n, 0, dtype=torch.float64,
@@ -51,25 +58,28 @@ def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor, token_id
     support = build_support(token_ids.long(), topk_ids.long())
     sums = pair_sums(reduce_logged_pair(support, (d(logp_behavior), d(topk_logp_behavior)),
                                         (d(logp), d(topk_logp_train))))
-    return token_stats(sums, d(advantages), vocab_size)
+    return token_stats(sums, d(advantages), vocab_size if vocab_size is not None else
+                       support.ids.shape[1])
 
 
 def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
-                loss_mask: Tensor, *, token_ids: Tensor, topk_ids: Tensor | None = None,
-                topk_logp_behavior: Tensor | None = None,
-                topk_logp_train: Tensor | None = None, vocab_size: int,
+                loss_mask: Tensor, *, token_ids: Tensor | None = None,
+                topk_ids: Tensor | None = None, topk_logp_behavior: Tensor | None = None,
+                topk_logp_train: Tensor | None = None, vocab_size: int | None = None,
                 thresholds: Thresholds = Thresholds(), n_tokens: int | None = None) -> Tensor:
     """The scalar surrogate of ``mask`` (a registered name or a built mask).
 
     ``logp`` ``(B, T)`` is log π(k_t) with gradient; ``logp_behavior``, ``advantages``,
     ``loss_mask``, ``token_ids`` ``(B, T)``; ``topk_ids`` and both top-K log-probs
-    ``(B, T, K)`` (padding ids < 0). Each row of ``(B, T)`` is one response (sequence
+    ``(B, T, K)`` (padding ids < 0; omit them and ``token_ids`` for ratio / binary masks).
+    ``advantages`` may be ``(B, 1)`` (one per response, as TRL's). Each row of ``(B, T)`` is one response (sequence
     masks reduce over its loss tokens). ``n_tokens``: the normaliser (default: the loss
     tokens here; pass the global count under data parallelism).
     """
     sel = loss_mask.bool()
+    advantages = advantages.expand_as(logp)
     pick = lambda x: None if x is None else x[sel]  # noqa: E731
-    stats = mask_stats(logp[sel], logp_behavior[sel], advantages[sel], token_ids[sel],
+    stats = mask_stats(logp[sel], logp_behavior[sel], advantages[sel], pick(token_ids),
                        pick(topk_ids), pick(topk_logp_behavior), pick(topk_logp_train),
                        vocab_size)
     rows = torch.arange(sel.shape[0], device=sel.device)[:, None].expand_as(sel)[sel]

@@ -56,10 +56,9 @@ class Criterion:
         ops = _ops()
         value = ops.per_sequence(ops.statistic(stats, self.stat), self.reduce, seqs,
                                  f"{self.stat} {self.reduce}")
-        outside = (value < self.low) | (value > self.high)
-        slope = ops.slope(stats, self.direction, self.slope, self.reduce, seqs)
-        return ops.dual_clip(ops.decide(outside, slope, stats.advantage), stats,
-                             self.clip_ratio_c)
+        drop = ops.outside(value, self.low, self.high)
+        drop &= ops.away(stats, self.direction, self.slope, self.reduce, seqs)
+        return ops.dual_clip(~drop, stats, self.clip_ratio_c)
 
     def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         return self.keep(stats, seqs).double()

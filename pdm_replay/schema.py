@@ -178,7 +178,8 @@ def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
     names = list(mask_names)
     cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")
                 for m in names)
-    cols.extend(Column(weight_column(m), pa.float64(), "yes", f"gradient weight of mask {m}")
+    cols.extend(Column(weight_column(m), pa.float32(), "yes", f"gradient weight w of mask {m} "
+                       "(float32 like the support lists; the replay steps on the float64 w)")
                 for m in weight_masks(names))
     return _schema(cols, TOKENS_SCHEMA_ID)
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import Mask, apply_masks, weight_masks
+from pdm_replay.masks import Mask, weight_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
 from pdm_replay.math.segments import Segments
 from pdm_replay.math.sums import PairSums, pair_sums
@@ -129,8 +129,9 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     """
     masks = dict(masks)
     seqs = Segments.of(flat.row, flat.loss_mask)
-    keep = apply_masks(masks, stats, seqs)
     weights = {n: masks[n].weight(stats, seqs) for n in weight_masks(masks)}
+    keep = {n: weights[n] > 0 if n in weights else mask.keep(stats, seqs)
+            for n, mask in masks.items()}  # a weight mask keeps where w > 0: one pass
     sel = flat.loss_mask
     every = bool(sel.all())  # usually: then nothing is copied
     pick = (lambda v: v) if every else (lambda v: v[sel])  # noqa: E731

@@ -1,7 +1,7 @@
 """The elementwise math of every mask (pure torch): statistics, slopes, decisions, weights.
 
-A binary mask keeps a token unless it is outside the region and ``sign(Â)·slope > 0``;
-the slope of each direction criterion (SPEC §3) is built here. Statistics named by the
+A binary mask keeps a token unless it is outside the region and ``sign(Â)·slope > 0``
+(:func:`away`; the slope of each direction criterion, SPEC §3, is built here). Statistics named by the
 registry are TokenStats fields or verl's rollout-correction k-estimators of the log
 ratio ``log r = log π − log µ`` (``verl/trainer/ppo/rollout_corr_helper.py``,
 ``compute_rollout_rejection_mask``: ``k1 = −log r``, ``k2 = ½ (log r)²``,
@@ -20,10 +20,11 @@ k3 = 2 − 1 − 0.693147 = 0.306853.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from pdm_replay.math.direction import ratio_slope
 from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
 
@@ -73,26 +74,38 @@ def slope(s: TokenStats, direction: str, field: str, reduce: str,
     """``(N,)`` whose sign times sign(Â) says "moves away" under ``direction``.
 
     ratio: r − 1 per token, Σ log r per sequence; predictive: the Ḋ field ``field``,
-    summed over the sequence; certified: the sign certificate; negative_advantage: away
-    iff Â < 0; none: every token with Â ≠ 0 is away.
+    summed over the sequence; certified: the sign certificate (``none`` and
+    ``negative_advantage`` need no slope: :func:`away`).
     """
     if direction == "ratio":
         if reduce:
             return per_sequence(log_ratio(s), "sum", seqs, "a ratio-direction sequence mask")
-        return ratio_slope(s.logp_behavior, s.logp_train)  # expm1: exact sign near r = 1
+        # sign(log π − log µ) = sign(r − 1) exactly (ratio_slope's expm1 keeps the sign)
+        return s.logp_train - s.logp_behavior
     if direction == "predictive":
         return per_sequence(getattr(s, field), "sum" if reduce else "", seqs, field)
     if direction == "certified":
         return s.direction_certified.double() * torch.sign(s.advantage)
+    raise ValueError(f"direction {direction!r} has no slope")
+
+
+def away(s: TokenStats, direction: str, field: str, reduce: str,
+         seqs: Segments | None) -> Tensor:
+    """``(N,)`` bool: the update moves away under ``direction`` (never where Â = 0)."""
+    if direction == "none":
+        return s.advantage != 0
     if direction == "negative_advantage":
-        return -torch.ones_like(s.advantage)
-    return torch.sign(s.advantage)  # none
+        return s.advantage < 0
+    return torch.sign(s.advantage) * slope(s, direction, field, reduce, seqs) > 0
 
 
-def decide(outside: Tensor, slope_: Tensor, advantage: Tensor) -> Tensor:
-    """Keep unless outside the region and ``sign(Â)·slope > 0`` (moving away). (N,) bool"""
-    away = torch.sign(advantage) * slope_ > 0  # Â = 0 gives 0: never "away", always kept
-    return ~(outside & away)
+def outside(value: Tensor, low: float, high: float) -> Tensor:
+    """``(N,)`` bool: ``value`` outside ``[low, high]`` (an infinite bound costs nothing)."""
+    if low == -math.inf:
+        return value > high
+    if high == math.inf:
+        return value < low
+    return (value < low) | (value > high)
 
 
 def dual_clip(keep: Tensor, s: TokenStats, c: float) -> Tensor:

@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,10 +30,30 @@ REDUCTIONS = ("sum", "mean", "max")
 @dataclass(frozen=True)
 class Segments:
     """``index`` ``(N,)`` int64 sequence of each token (any integers; equal = same
-    sequence), ``valid`` ``(N,)`` bool loss mask."""
+    sequence), ``valid`` ``(N,)`` bool loss mask.
+
+    The dense sequence number of every token (``inverse``, ``(N,)``) and the valid-token
+    count per sequence are computed once here, so the dozen sequence masks of a batch
+    share them: in O(N) when ``index`` is non-decreasing (FlatTokens' rows), by a sort
+    otherwise.
+    """
 
     index: Tensor
     valid: Tensor
+    inverse: Tensor = field(init=False, repr=False)
+    count: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        idx = self.index
+        if idx.numel() < 2 or bool((idx[1:] >= idx[:-1]).all()):
+            _, inverse = torch.unique_consecutive(idx, return_inverse=True)
+        else:
+            _, inverse = torch.unique(idx, return_inverse=True)
+        s = int(inverse.max()) + 1 if inverse.numel() else 0
+        count = torch.zeros(s, dtype=torch.float64).index_add_(0, inverse,
+                                                              self.valid.double())
+        object.__setattr__(self, "inverse", inverse)
+        object.__setattr__(self, "count", count)
 
     @classmethod
     def of(cls, row: np.ndarray, loss_mask: np.ndarray) -> "Segments":
@@ -45,10 +65,9 @@ class Segments:
         """Per-sequence ``how`` (sum | mean | max) of ``values`` ``(N,)`` over the valid
         tokens, broadcast back to ``(N,)``. A sequence without valid tokens gets 0 (verl's
         ``_sequence_max`` convention; its sum and mean are 0 too)."""
-        ids, inverse = torch.unique(self.index, return_inverse=True)
-        s, v = len(ids), values.double()
-        valid = self.valid.to(v.device)
-        inverse = inverse.to(v.device)
+        v = values.double()
+        inverse, valid = self.inverse.to(v.device), self.valid.to(v.device)
+        s = self.count.shape[0]
         if how == "max":
             filled = torch.where(valid, v, torch.full_like(v, -torch.inf))
             out = torch.full((s,), -torch.inf, dtype=v.dtype, device=v.device)
@@ -60,7 +79,5 @@ class Segments:
         if how == "sum":
             return total[inverse]
         if how == "mean":
-            count = torch.zeros(s, dtype=v.dtype, device=v.device).index_add_(
-                0, inverse, valid.double())
-            return (total / count.clamp(min=1.0))[inverse]
+            return (total / self.count.to(v.device).clamp(min=1.0))[inverse]
         raise ValueError(f"reduction {how!r}: expected one of {', '.join(REDUCTIONS)}")
