@@ -85,7 +85,7 @@ class Thresholds:
     rs_seq_mean_k1: float = 1.001  # verl decoupled_geo_rs "0.999_1.001"
     rs_k2: float = 0.01  # token / seq_sum / seq_max k2 upper bound
     rs_k3: float = 0.01  # verl decoupled_k3_rs (seq_mean_k3 0.01), every k3 option
-    dsv32_delta: float = 0.1  # DeepSeek-V3.2 off-policy sequence masking δ
+    dsv32_delta: float = 0.5  # DeepSeek-V3.2 off-policy sequence masking δ (TRL's example)
 
 
 @dataclass(frozen=True)

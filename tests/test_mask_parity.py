@@ -5,7 +5,9 @@ with and without dual-clip, ``_dppo_kl``, ``_dppo_tv``, ``_gspo``, ``_cispo``;
 ``verl/trainer/ppo/rollout_corr_helper.py``: ``compute_rollout_rejection_mask`` for every
 ``rollout_rs`` option, ``compute_rollout_correction_weights`` for TIS / IcePop / MIS) run on
 the same tokens as the masks: their zero-gradient tokens (autograd of verl's loss) are the
-tokens the mask drops, and their IS weights equal ``w·r``. Stable-RL's top-K DPPO is not
+tokens the mask drops, and their IS weights equal ``w·r``; TRL's
+``GRPOTrainer.get_off_policy_mask`` (DeepSeek-V3.2's off-policy sequence mask) likewise.
+Stable-RL's top-K DPPO is not
 installable: its cases are hand-worked from ``compute_topk_kl``
 (``verl/workers/actor/utils.py``) and ``_compute_token_mask_for_policy_loss``
 (``verl/trainer/ppo/core_algos.py``) of sail-sg/Stable-RL.
@@ -229,6 +231,21 @@ def test_stable_rl_topk_mask_hand_worked(adv: float, dropped: bool) -> None:
     assert all(bool(m.keep(s)) for m in wide.values())
 
 
+def test_trl_off_policy_sequence_mask() -> None:
+    # TRL's GRPOTrainer.get_off_policy_mask (DeepSeek-V3.2's off-policy sequence masking):
+    # keep a response iff Â >= 0 or its mean log(µ/π) over the completion <= δ
+    trl = pytest.importorskip("trl", reason="trl is not installed: pip install -e '.[integrations]'")
+    lmu, lpi, _, mask = batch(8, spread=0.3, seq_spread=0.3)
+    adv = torch.randn(B, 1, generator=torch.Generator().manual_seed(8), dtype=F64)
+    for delta in (0.05, 0.5):
+        keep = trl.GRPOTrainer.get_off_policy_mask(adv, lpi, lmu, mask.double(), delta)
+        verl_like = (keep == 0).expand(B, T).reshape(-1)[mask.reshape(-1)]
+        ours = mask_drops("dsv32_offpolicy", Thresholds(dsv32_delta=delta), lmu, lpi,
+                          adv.expand(B, T), mask)
+        assert torch.equal(verl_like, ours)
+        assert 0 < int(ours.sum()) < ours.numel()
+
+
 def test_dsv32_offpolicy_sequence_mask_hand_worked() -> None:
     # DeepSeek-V3.2 §3.1: drop a sequence with Â < 0 whose mean log(µ/π) > δ = 0.1.
     # seq 0: log r = (−0.3, −0.1): mean k1 = 0.2 > 0.1 -> dropped where Â < 0 only
@@ -237,7 +254,8 @@ def test_dsv32_offpolicy_sequence_mask_hand_worked() -> None:
     lpi = lmu + torch.tensor([[-0.3, -0.1], [-0.1, 0.0]], dtype=F64)
     adv = torch.tensor([[-1.0, 1.0], [-1.0, -1.0]], dtype=F64)
     s, seqs, _ = stats_of_small(lmu, lpi, adv)
-    keep = build_masks(["dsv32_offpolicy"], Thresholds())["dsv32_offpolicy"].keep(s, seqs)
+    mask = build_masks(["dsv32_offpolicy"], Thresholds(dsv32_delta=0.1))["dsv32_offpolicy"]
+    keep = mask.keep(s, seqs)
     assert keep.tolist() == [False, True, True, True]
 
 
