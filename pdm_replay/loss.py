@@ -73,8 +73,9 @@ def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantage
     ``loss_mask``, ``token_ids`` ``(B, T)``; ``topk_ids`` and both top-K log-probs
     ``(B, T, K)`` (padding ids < 0; omit them and ``token_ids`` for ratio / binary masks).
     ``advantages`` may be ``(B, 1)`` (one per response, as TRL's). Each row of ``(B, T)``
-    is one response (sequence masks reduce over its loss tokens). ``n_tokens``: the normaliser (default: the loss
-    tokens here; pass the global count under data parallelism).
+    is one response (sequence masks reduce over its loss tokens). ``n_tokens``: the
+    normaliser (default: the loss tokens here; pass the global count under data
+    parallelism).
     """
     sel = loss_mask.bool()
     advantages = advantages.expand_as(logp)

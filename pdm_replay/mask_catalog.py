@@ -185,8 +185,9 @@ register(MaskSpec("rs_seq_max_k3", above("k3", "rs_k3", reduce="max"), None, "no
                   "rollout_rs seq_max_k3", ("rs_k3",), proximity="rs_seq_max_k3", **SEQ,
                   source=RS))
 register(MaskSpec("dsv32_offpolicy",
-                  above("k1", "dsv32_delta", "negative_advantage", reduce="mean"), None, "negative_advantage", None, "DeepSeek-V3.2 off-policy sequence "
-                  "masking: mean log(mu/pi) > delta with Â < 0", ("dsv32_delta",),
+                  above("k1", "dsv32_delta", "negative_advantage", reduce="mean"), None,
+                  "negative_advantage", None, "DeepSeek-V3.2 off-policy sequence masking: "
+                  "mean log(mu/pi) > delta with Â < 0", ("dsv32_delta",),
                   proximity="seq_mean_k1_upper", **SEQ,
                   source="trl GRPOTrainer.get_off_policy_mask (DeepSeek-V3.2 Eq. 9)",
                   reproduces="TRL off_policy_mask_threshold (documented example 0.5)"))
