@@ -57,3 +57,25 @@ def test_bad_mask_param_and_module_are_one_line_errors(tmp_path: Path) -> None:
         res = CliRunner().invoke(app, ["masks", str(log), "--out", str(tmp_path / "t.parquet"),
                                        *extra])
         assert res.exit_code != 0 and needle in " ".join(res.output.split()), res.output
+
+
+def test_report_sql_and_dashboard_know_the_user_mask(tmp_path: Path, user_registry: None) -> None:
+    from pdm_replay.dashboard_app import ENV_MASK_MODULES
+    from pdm_replay.dashboard_app.launch import DashboardConfig, streamlit_env
+
+    log = write_synthetic_log(tmp_path / "log.parquet", n_samples=16)
+    out = tmp_path / "tokens.parquet"
+    runner = CliRunner()
+    args = ["--mask-module", str(EXAMPLE)]
+    res = runner.invoke(app, ["masks", str(log), "--out", str(out), *args,
+                              "--masks", "none,icepop_ratio,icepop_pdm_kl"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["sql", str(out), "SELECT name, doc, proximity FROM masks "
+                              "WHERE name = 'icepop_pdm_kl'", "--format", "csv", *args])
+    assert res.exit_code == 0, res.output
+    assert "IcePop's band with the predictive KL direction" in res.output and "icepop" in res.output
+    res = runner.invoke(app, ["report", str(out), *args])
+    assert res.exit_code == 0, res.output
+    assert "icepop_pdm_kl" in res.output
+    env = streamlit_env(DashboardConfig(run=out, mask_modules=(EXAMPLE,)), {})
+    assert env[ENV_MASK_MODULES] == str(EXAMPLE.resolve())

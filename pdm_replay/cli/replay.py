@@ -11,9 +11,10 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, ClipRatioC, EpsHigh,
-                                  EpsLow, MaskModules, MaskParams, load_mask_modules,
-                                  parse_mask_list, parse_mask_params, threshold_options)
+from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
+                                         load_mask_modules, parse_mask_params)
+from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
+                                  parse_mask_list, threshold_options)
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env

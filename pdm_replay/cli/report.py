@@ -12,6 +12,7 @@ from typer.core import TyperCommand
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import fail
+from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
 from pdm_replay.report.build import ReportConfig
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.produce import SqlConfig, produce_report, run_sql
@@ -54,6 +55,7 @@ def report(
                                      help="Level of the bootstrap intervals."),
     bootstrap_seed: int = typer.Option(0, "--bootstrap-seed",
                                        help="Seed of the bootstrap (results are repeatable)."),
+    mask_module: MaskModules = None,
 ) -> None:
     """Headline direction analysis (out-of-region and disagreement tokens per seed, unsafe
     and corrective keeps of ratio vs predictive masks, seed wins with sign-test and
@@ -64,6 +66,7 @@ def report(
                        bootstrap_samples=bootstrap_samples, confidence=confidence,
                        bootstrap_seed=bootstrap_seed)
     try:
+        load_mask_modules(mask_module)
         _, text = produce_report(cfg)
     except ERRORS as err:
         fail(str(err))
@@ -89,6 +92,7 @@ def sql(
     max_rows: int = typer.Option(50, "--max-rows", min=1, help="Rows shown by --format table."),
     memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="DuckDB threads."),
+    mask_module: MaskModules = None,
 ) -> None:
     """Run one SQL query over a run's views (read-only: the connection may read the run's
     files and nothing else). Example: pdm-replay sql RUN "SELECT * FROM disagreements
@@ -97,6 +101,7 @@ def sql(
                     format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)
     try:
+        load_mask_modules(mask_module)
         text = run_sql(cfg)
     except ERRORS as err:
         fail(str(err))
