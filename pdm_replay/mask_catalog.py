@@ -179,11 +179,15 @@ register(MaskSpec("rs_seq_mean_k3", above("k3", "rs_k3", reduce="mean"), None, "
                   "rollout_rs seq_mean_k3", ("rs_k3",), proximity="rs_seq_mean_k3", **SEQ,
                   source=RS, reproduces="verl decoupled_k3_rs (0.01)"))
 register(MaskSpec("rs_seq_max_k2", above("k2", "rs_k2", reduce="max"), None, "none", None,
-                  "rollout_rs seq_max_k2", ("rs_k2",), proximity="rs_seq_max_k2", **SEQ,
-                  source=RS))
+                  "rollout_rs seq_max_k2: a response is dropped if any token's k2 > C",
+                  ("rs_k2",), proximity="rs_seq_max_k2", **SEQ, source=RS,
+                  reproduces="Trust Region Masking (arXiv 2512.23075, max-token divergence; "
+                             "verl PR #4544)"))
 register(MaskSpec("rs_seq_max_k3", above("k3", "rs_k3", reduce="max"), None, "none", None,
-                  "rollout_rs seq_max_k3", ("rs_k3",), proximity="rs_seq_max_k3", **SEQ,
-                  source=RS))
+                  "rollout_rs seq_max_k3: a response is dropped if any token's k3 > C",
+                  ("rs_k3",), proximity="rs_seq_max_k3", **SEQ, source=RS,
+                  reproduces="Trust Region Masking (arXiv 2512.23075, max-token divergence; "
+                             "verl PR #4544)"))
 register(MaskSpec("dsv32_offpolicy",
                   above("k1", "dsv32_delta", "negative_advantage", reduce="mean"), None,
                   "negative_advantage", None, "DeepSeek-V3.2 off-policy sequence masking: "

@@ -59,7 +59,9 @@ class Mask(Protocol):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every mask parameter (flat, typed; 1:1 with the CLI options ``--<field>``).
+    """Every mask parameter (flat, typed). CLI: ``--eps``, ``--eps-low``, ``--eps-high``,
+    ``--delta-kl``, ``--delta-tv``, ``--clip-ratio-c``; every other field
+    ``--mask-param FIELD=VALUE``.
 
     Defaults are those of the trainer or paper that made each mask popular (the mask
     table in the README says which): SPEC §4 for the paper's masks, verl 0.9's
