@@ -21,6 +21,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from pdm_replay.masks import weight_masks  # the registry says which masks weigh
+
 ROLLOUT_SCHEMA_ID = "rollout/v1"
 TOKENS_SCHEMA_ID = "tokens/v1"
 UPDATES_SCHEMA_ID = "updates/v1"
@@ -174,7 +176,6 @@ def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
         cols.extend(TOKEN_SUPPORT_COLUMNS)
     if exact:
         cols.extend(TOKEN_REPLAY_COLUMNS[1:])
-    from pdm_replay.masks import weight_masks  # the registry says which masks weigh
     names = list(mask_names)
     cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")
                 for m in names)
@@ -261,7 +262,13 @@ def schema_documents() -> dict[str, dict]:
                                  "doc": "one per mask recorded: True = the token is kept; "
                                  "under a threshold sweep one per value of the swept "
                                  "threshold a mask reads, keep_<mask>@<value> (footer "
-                                 "pdm_replay.mask_variants names mask and value)"}]
+                                 "pdm_replay.mask_variants names mask and value)"},
+                                {"name": weight_column("<mask>"), "type": "float",
+                                 "nullable": False, "required": "yes",
+                                 "doc": "one per recorded mask whose weight is real-valued "
+                                 "(registry weight 'is': TIS, CISPO, MIS): the gradient "
+                                 "weight w of the surrogate -sum w r A / N; keep_<mask> is "
+                                 "w > 0"}]
     return {"rollout_v1.json": schema_document(ROLLOUT_V1), "tokens_v1.json": tokens,
             "updates_v1.json": schema_document(UPDATES_V1)}
 

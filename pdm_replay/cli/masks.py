@@ -12,9 +12,9 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          load_mask_modules, parse_mask_params)
+from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
 from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
 
