@@ -38,6 +38,7 @@ def test_example_module_mask_joins_masks_and_its_pair(tmp_path: Path,
                                    "--mask-param", "icepop_high=1.05",
                                    "--mask-param", "icepop_low=0.95"])
     assert res.exit_code == 0, res.output
+    assert "disagreements (icepop_ratio vs icepop_pdm_kl)" in " ".join(res.output.split())
     table = pq.read_table(out)
     assert {"keep_icepop", "keep_icepop_ratio", "keep_icepop_pdm_kl"} <= set(table.column_names)
     load_mask_module(EXAMPLE)  # a second load is a no-op, not a duplicate registration
