@@ -130,7 +130,8 @@ def test_verl_cispo_weight_is_the_clipped_ratio() -> None:
     # surrogate −w·r·Â/N has d/d log π = −w·r·Â/N, so w·r must equal clip(r)
     lmu, lpi, adv, mask = batch(5)
     lp = lpi.clone().requires_grad_(True)
-    config = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1, clip_ratio=0.2)
+    config = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1,
+                         clip_ratio=0.2)
     loss, _ = core_algos.compute_policy_loss_cispo(lmu, lp, adv, mask.double(),
                                                    "token-mean", config)
     loss.backward()
@@ -234,7 +235,8 @@ def test_stable_rl_topk_mask_hand_worked(adv: float, dropped: bool) -> None:
 def test_trl_off_policy_sequence_mask() -> None:
     # TRL's GRPOTrainer.get_off_policy_mask (DeepSeek-V3.2's off-policy sequence masking):
     # keep a response iff Â >= 0 or its mean log(µ/π) over the completion <= δ
-    trl = pytest.importorskip("trl", reason="trl is not installed: pip install -e '.[integrations]'")
+    trl = pytest.importorskip("trl",
+                              reason="trl is not installed: pip install -e '.[integrations]'")
     lmu, lpi, _, mask = batch(8, spread=0.3, seq_spread=0.3)
     adv = torch.randn(B, 1, generator=torch.Generator().manual_seed(8), dtype=F64)
     for delta in (0.05, 0.5):
@@ -267,3 +269,57 @@ def stats_of_small(lmu, lpi, adv):
                     adv.reshape(-1), 100)
     rows = torch.arange(b)[:, None].expand(b, t).reshape(-1)
     return s, Segments(rows, torch.ones(b * t, dtype=torch.bool)), None
+
+
+# ------------------------------------------- `pdm-replay masks` end to end (issue 15 §3)
+
+
+def test_pdm_replay_masks_cli_decisions_equal_verls_zero_gradient_tokens(tmp_path) -> None:
+    # A log with a large µ/π mismatch through the CLI; verl's own losses on the same
+    # logged log-probs and advantages, padded per response: their zero-gradient tokens are
+    # the CLI's dropped tokens, with and without dual-clip.
+    import polars as pl
+    from typer.testing import CliRunner
+
+    from pdm_replay.cli.app import app
+    from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+
+    log = write_synthetic_log(tmp_path / "log.parquet",
+                              SyntheticLogConfig(n_samples=64, mismatch=1.5, peak=1.0))
+    out = tmp_path / "tokens.parquet"
+    res = CliRunner().invoke(app, ["masks", str(log), "--out", str(out), "--masks",
+                                   "ppo_clip,verl_vanilla,dppo_binary_kl,dppo_binary_tv"])
+    assert res.exit_code == 0, res.output
+    tok = pl.read_parquet(out).sort("sample_id", "pos")
+    ids = tok["sample_id"].unique(maintain_order=True).to_list()
+    row = {s: i for i, s in enumerate(ids)}
+    r = torch.tensor([row[s] for s in tok["sample_id"].to_list()])
+    c = torch.tensor(tok["pos"].to_list())
+    shape = (len(ids), int(c.max()) + 1)
+
+    def padded(col: str, fill: float) -> torch.Tensor:
+        x = torch.full(shape, fill, dtype=F64)
+        x[r, c] = torch.tensor(tok[col].to_numpy(), dtype=F64)
+        return x
+
+    lmu, lpi = padded("logp_behavior", -1.0), padded("logp_train", -1.0)
+    adv = padded("advantage", 0.0)
+    mask = torch.zeros(shape, dtype=torch.bool)
+    mask[r, c] = True
+    grad_tokens = adv[mask] != 0  # Â = 0 has no gradient anywhere: kept by every mask
+
+    def verl(fn, **cfg):
+        return verl_zero_grad(fn, lmu, lpi, adv, mask, **cfg)[grad_tokens]
+
+    def ours(name):
+        # tokens are (sample_id, pos)-sorted, as mask[...] flattens row-major
+        return ~torch.from_numpy(tok[f"keep_{name}"].to_numpy())[grad_tokens]
+
+    dual = verl(core_algos.compute_policy_loss_vanilla, clip_ratio=0.2, clip_ratio_c=3.0)
+    plain = verl(core_algos.compute_policy_loss_vanilla, clip_ratio=0.2, clip_ratio_c=1e12)
+    assert torch.equal(dual, ours("verl_vanilla")) and torch.equal(plain, ours("ppo_clip"))
+    assert int((dual & ~plain).sum()) > 0  # dual-clip drops tokens ppo_clip keeps
+    for fam in ("kl", "tv"):
+        fn = getattr(core_algos, f"compute_policy_loss_dppo_{fam}")
+        d = verl(fn, clip_ratio=0.15, clip_ratio_low=0.15, clip_ratio_high=0.15)
+        assert torch.equal(d, ours(f"dppo_binary_{fam}")), fam

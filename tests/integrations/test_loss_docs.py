@@ -57,7 +57,8 @@ def _digit_share(completions: list[str], **_: object) -> list[float]:
 
 @pytest.mark.slow
 def test_trl_snippet_trains_a_real_grpo_trainer(tmp_path: Path) -> None:
-    trl = pytest.importorskip("trl", reason="trl is not installed: pip install -e '.[integrations]'")
+    trl = pytest.importorskip("trl",
+                              reason="trl is not installed: pip install -e '.[integrations]'")
     datasets = pytest.importorskip("datasets", reason="datasets (a trl dependency) is absent")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
