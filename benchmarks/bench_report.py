@@ -77,7 +77,7 @@ def _child(phase: str, run: str, memory_limit: str, threads: int | None) -> None
         report, text = produce_report(ReportConfig(source=Path(run), format=fmt,
                                                    memory_limit=memory_limit, threads=threads))
         result = {"headline": report.headline.select(
-            "family", "estimator", "n_seeds", "out_of_region_per_seed",
+            "basis", "family", "estimator", "delta", "n_seeds", "out_of_region_per_seed",
             "disagreement_per_seed", "wins").rows(), "bytes": len(text)}
     result["seconds"] = time.perf_counter() - start
     result["peak_rss_mb"] = peak_rss_mb()

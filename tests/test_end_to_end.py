@@ -9,13 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
+from pdm_replay.report.headline import SCHEMA as HEADLINE_SCHEMA
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 runner = CliRunner()
-HEADLINE_FIELDS = {"family", "estimator", "ratio_mask", "predictive_mask", "n_seeds",
-                   "out_of_region_per_seed", "disagreement_per_seed", "unsafe_keep_ratio",
-                   "unsafe_keep_predictive", "corrective_ratio", "corrective_predictive",
-                   "wins", "seeds_compared", "sign_test_p", "wilcoxon_p"}
+HEADLINE_FIELDS = set(HEADLINE_SCHEMA)
 
 
 @pytest.fixture(scope="module")

@@ -42,25 +42,31 @@ def _rate(x: float | None) -> str:
 
 
 def print_summary(result: ReplayResult, seconds: float) -> None:
-    """The headline alignment numbers (SPEC §6) per family and predictive estimator."""
+    """The headline alignment numbers (SPEC §6) per update basis, family, predictive
+    estimator and δ (the rows of ``pdm-replay report``'s headline)."""
     m = result.manifest
     console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
                   f"-> {result.run_dir} ({seconds:.1f} s)")
     t = Table(title="ratio vs predictive mask of each registry pair")
-    for col in ("D tail", "out of\nregion", "disagree", "unsafe keep\nratio",
-                "unsafe keep\npredictive", "pred. lower\n(seeds)"):
-        t.add_column(col, justify="left" if col == "D tail" else "right", no_wrap=True)
+    for col in ("update", "D tail", "δ", "out of\nregion\n/ seed", "dis-\nagree\n/ seed",
+                "unsafe\nratio\npooled\n(seed\nmean)", "unsafe\npred.\npooled\n(seed\nmean)",
+                "W/L/T/\nempty"):
+        t.add_column(col, justify="left" if col in ("update", "D tail") else "right")
     for a in result.summary:
-        t.add_row(f"{a.family.upper()} {a.estimator}",
-                  str(a.out_of_region), str(a.disagreement), _rate(a.unsafe_keep_ratio),
-                  _rate(a.unsafe_keep_predictive),
-                  f"{a.seeds_predictive_lower}/{a.seeds_compared}")
+        t.add_row(a["basis"], f"{a['family'].upper()} {a['estimator']}", f"{a['delta']:g}",
+                  f"{a['out_of_region_per_seed']:.1f}", f"{a['disagreement_per_seed']:.1f}",
+                  f"{_rate(a['unsafe_ratio_pooled'])} ({_rate(a['unsafe_ratio_seed_mean'])})",
+                  f"{_rate(a['unsafe_predictive_pooled'])} "
+                  f"({_rate(a['unsafe_predictive_seed_mean'])})",
+                  f"{a['wins']}/{a['losses']}/{a['ties']}/{a['empty_seeds']}")
     if result.summary:
         console.print(t)
         console.print("unsafe keep: share of the disagreement tokens a mask keeps whose D "
-                      "grew under that mask's own update (lower is better)")
+                      "grew under the update named in `update` (own: the mask's own "
+                      "simulated update; lower is better). `pdm-replay report` adds the "
+                      "intervals and tests")
     else:
-        console.print("no alignment summary: --update-masks needs both masks of a ratio / "
+        console.print("no alignment summary: --masks needs both masks of a ratio / "
                       "predictive pair (e.g. dppo_topk_kl and pdm_kl_agg)")
     _print_updates(m)
     dev = m.get("recompute_deviation")

@@ -49,22 +49,38 @@ def report(
     memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", min=1,
                                           help="DuckDB threads (default: all cores)."),
-    bootstrap_samples: int = typer.Option(2000, "--bootstrap-samples", min=1,
-                                          help="Bootstrap draws for the seed-win intervals."),
+    bootstrap_samples: int = typer.Option(
+        2000, "--bootstrap-samples", min=1,
+        help="Bootstrap draws B of the intervals (each draw resamples samples, not tokens)."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999,
                                      help="Level of the bootstrap intervals."),
     bootstrap_seed: int = typer.Option(0, "--bootstrap-seed",
                                        help="Seed of the bootstrap (results are repeatable)."),
+    delta_kl: Optional[float] = typer.Option(
+        None, "--delta-kl", min=0.0,
+        help="Re-threshold the KL direction analysis at this δ (no new replay): the "
+             "out-of-region set, the decisions and the `actual` / `none` rates follow it; "
+             "own-update rates only where the replay simulated that δ (a note says so)."),
+    delta_tv: Optional[float] = typer.Option(None, "--delta-tv", min=0.0,
+                                             help="The same for the TV family."),
+    by: Optional[str] = typer.Option(None, "--by",
+                                     help="step: every section per logged step."),
     mask_module: MaskModules = None,
 ) -> None:
-    """Headline direction analysis (out-of-region and disagreement tokens per seed, unsafe
-    and corrective keeps of ratio vs predictive masks, seed wins with sign-test and
-    Wilcoxon p-values), mask summary, estimator accuracy and log health. On `masks`
-    output it shows what needs no replay and says what does."""
+    """Headline direction analysis per update basis (`actual`: the trainer's real step,
+    first when present; `own`: each mask's own simulated update; `none`: keep-all) and
+    comparison (ratio vs predictive mask at each δ, a sweep's values side by side):
+    out-of-region and disagreement tokens per seed, unsafe and corrective keep rates
+    pooled (Σ/Σ) and as per-seed means, wins / losses / ties / empty seeds, sign-test and
+    Wilcoxon p-values over independent seeds only, sample-clustered bootstrap intervals of
+    the ratio − predictive difference; then sign accuracy, estimator accuracy (vs the
+    reloaded µ; also on the disagreement tokens), µ fidelity, mask summary and log
+    health. On `masks` output it shows what needs no replay and says what does."""
     cfg = ReportConfig(source=run, format=fmt, out=out, plots_dir=plots_dir,
                        memory_limit=memory_limit, threads=threads,
                        bootstrap_samples=bootstrap_samples, confidence=confidence,
-                       bootstrap_seed=bootstrap_seed)
+                       bootstrap_seed=bootstrap_seed, delta_kl=delta_kl, delta_tv=delta_tv,
+                       by=by)
     try:
         load_mask_modules(mask_module)
         _, text = produce_report(cfg)
@@ -82,7 +98,8 @@ def sql(
     query: str = typer.Argument(..., help="SQL over the views: tokens, updates, "
                                 "out_of_region, disagreements, alignment_by_seed, seed_wins, "
                                 "sign_accuracy, estimator_accuracy, mask_summary, log_health, "
-                                "settings, masks, mask_pairs, ..."),
+                                "settings, masks, mask_pairs, comparisons, bases, "
+                                "cluster_counts, realized, ..."),
     param: Optional[list[str]] = typer.Option(
         None, "--param", "-p", metavar="NAME VALUE", parser=_keep,
         help="Bind $NAME to VALUE (repeatable); values are data, never SQL."),

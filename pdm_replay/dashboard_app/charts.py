@@ -24,8 +24,10 @@ AGREEMENT_COLOURS = alt.Scale(domain=["sign agrees", "sign differs", "no ΔD"],
 
 def seed_unsafe_chart(rates: pl.DataFrame) -> alt.Chart:
     """Per-seed unsafe-keep rate of the ratio vs the predictive mask, one panel per
-    (family, estimator); ``rates`` is :func:`pdm_replay.report.api.seed_rates`."""
-    long = (rates.with_columns(pair=pl.col("family") + " / " + pl.col("estimator"))
+    (update basis, family, estimator, δ); ``rates`` is
+    :func:`pdm_replay.report.api.seed_rates`."""
+    long = (rates.with_columns(pair=pl.format("{}: {} / {}, δ = {}", "basis", "family",
+                                              "estimator", "delta"))
             .unpivot(index=["seed", "pair"], on=["unsafe_ratio", "unsafe_predictive"],
                      variable_name="direction", value_name="unsafe_keep_rate")
             .with_columns(pl.col("direction").str.replace("unsafe_", "")))

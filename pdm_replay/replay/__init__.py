@@ -4,7 +4,7 @@ optimizer step per update mask, and measure the realized divergence change per t
 Building blocks, smallest first: :mod:`.batching` (prompt + response micro-batches),
 :mod:`.recompute` (chunked full-vocabulary statistics from hidden states, pure torch),
 :mod:`.step` (one simulated step and the bit-exact restore), :mod:`.forward` (model passes),
-:mod:`.tables` (Arrow outputs), :mod:`.summary` (headline alignment numbers);
+:mod:`.tables` (Arrow outputs; the end-of-run numbers are the report's headline);
 :mod:`.checkpoint`, :mod:`.data` and :mod:`.manifest` do the I/O and :mod:`.run` the
 orchestration, configured by :class:`~pdm_replay.replay.config.ReplayConfig`.
 :mod:`.distributed` (torchrun: sharded samples, summed gradients), :mod:`.fsdp` (FSDP2)

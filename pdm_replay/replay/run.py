@@ -22,6 +22,7 @@ False
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import torch
 
@@ -57,10 +57,12 @@ from pdm_replay.replay.models import (StepModels, behaviour_dtype, input_hashes,
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
-from pdm_replay.replay.summary import Alignment, alignment_summary
-from pdm_replay.replay.sweep import build_variants, trainer_variant, variants
+from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
+from pdm_replay.report.db import connect
+from pdm_replay.report.headline import headline
+from pdm_replay.report.run import discover_run
 from pdm_replay.schema import RolloutMeta
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
@@ -115,7 +117,7 @@ class Context:
 class ReplayResult:
     run_dir: Path
     manifest: dict
-    summary: list[Alignment]
+    summary: list[dict]  # pdm_replay.report.headline rows
 
 
 def _now() -> str:
@@ -263,22 +265,16 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
     return finish_seed(ctx.layout, ctx.dist, seed, record, ctx.cfg.device)
 
 
-def run_summary(layout: mf.RunLayout, seeds: list[int], cfg: ReplayConfig) -> list[Alignment]:
-    """Alignment numbers pooled over the finished ``seeds`` of a run directory, at the
-    primary thresholds (a sweep's first values: those variants, under their masks' names)."""
+def run_summary(layout: mf.RunLayout, seeds: list[int], doc: dict) -> list[dict]:
+    """The report's headline (:func:`pdm_replay.report.headline.headline`, the one
+    computation of SPEC §6's alignment numbers) over the finished ``seeds`` of the run
+    directory, one dict per basis and comparison; ``doc`` is the manifest being completed
+    (its seed plan decides whether the seeds count as independent)."""
     if not seeds:
         return []
-    read = lambda kind, cols: pl.concat([pl.read_parquet(f, columns=cols)  # noqa: E731
-                                         for s in seeds for f in layout.seed_parts(kind, s)])
-    tokens = read("tokens", ["seed", "sample_id", "pos", "kl_topk", "tv_topk"])
-    updates = read("updates", ["seed", "update_mask", "sample_id", "pos", "kept",
-                               "delta_kl_topk", "delta_tv_topk"])
-    t = cfg.thresholds
-    primary = {n: v.mask for n, v in variants(cfg.update_masks, cfg.sweep).items()
-               if all(getattr(t, f) == x for f, x in v.values)}
-    updates = (updates.filter(pl.col("update_mask").is_in(list(primary)))
-               .with_columns(pl.col("update_mask").replace(primary)))
-    return alignment_summary(tokens, updates, delta_kl=t.delta_kl, delta_tv=t.delta_tv)
+    info = dataclasses.replace(discover_run(layout.root), manifest=doc)
+    with connect(info) as db:
+        return headline(db).to_dicts()
 
 
 def _inputs_and_layout(cfg: ReplayConfig, steps: list[int | None]
@@ -321,7 +317,7 @@ def _finish(ctx: Context, doc: dict, finished: set[int], t0: float) -> ReplayRes
     cfg, layout = ctx.cfg, ctx.layout
     seeds = list(range(cfg.seeds))
     records = [layout.read_done(s) for s in seeds]
-    summary = run_summary(layout, seeds, cfg)
+    summary = run_summary(layout, seeds, doc)
     doc["timings"].update(seeds_s=time.perf_counter() - t0,
                           per_seed={str(r["seed"]): r["timings"] for r in records})
     doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
@@ -331,7 +327,7 @@ def _finish(ctx: Context, doc: dict, finished: set[int], t0: float) -> ReplayRes
                behavior_fidelity=rec.behavior_fidelity(
                    records, behaviour_dtype(cfg, ctx.meta),
                    DTYPES[behaviour_dtype(cfg, ctx.meta)]),
-               summary=[asdict(a) for a in summary])
+               summary=summary)
     mf.write_manifest(layout, doc)
     return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)
 

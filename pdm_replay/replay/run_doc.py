@@ -23,9 +23,8 @@ from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.models import StepModels
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.sweep import trainer_variant, variants
-from pdm_replay.schema import RolloutMeta
+from pdm_replay.schema import VARIANTS_KEY, RolloutMeta
 
-VARIANTS_KEY = "pdm_replay.mask_variants"
 
 
 def device_info(device: str) -> dict:

@@ -2,15 +2,22 @@
 
 Every function takes a :class:`~pdm_replay.report.db.ReportDB` from
 :func:`~pdm_replay.report.db.connect`; the CLI and the dashboard both call these. Metric
-definitions (SPEC §6), per seed, family f in (kl, tv) and estimator e in (agg, uniform):
+definitions (SPEC §6), per seed and comparison (:mod:`pdm_replay.report.comparisons`: a
+registered ratio / predictive pair of family f in (kl, tv), estimator e in (agg, uniform),
+at a threshold δ), and per basis (the update ΔD is measured under: ``actual``, ``own``,
+``none``):
 
-- out-of-region set O: tokens with ``f_topk > delta_f``;
-- disagreement set: tokens of O where ``keep_dppo_topk_f != keep_pdm_f_e``;
-- unsafe-keep rate of mask M: among disagreement tokens kept by M (with an update row),
-  the fraction with ΔD > 0 under M's own update; corrective rate: ΔD < 0;
+- out-of-region set O: tokens with ``f_topk > δ``;
+- disagreement set: tokens of O (Â ≠ 0) where the ratio criterion sign(Â)(r − 1) > 0 and
+  the predictive criterion sign(Â)·Ḋ_e > 0 disagree (the masks' decisions on O, re-derived
+  from stored columns so that any δ works);
+- unsafe-keep rate of mask M: among disagreement tokens kept by M (with a ΔD under the
+  basis), the fraction with ΔD > 0; corrective rate: ΔD < 0; pooled over seeds and as a
+  per-seed mean (:mod:`pdm_replay.report.rates`);
 - sign accuracy of a predictor: the fraction of O (Â ≠ 0) where its predicted sign of the
-  change equals sign(ΔD) under the ``none`` update;
-- a seed is a win when the predictive mask's unsafe-keep rate is below the ratio mask's.
+  change equals sign(ΔD) under ``none`` and ``actual``;
+- a seed is a win / loss / tie when the predictive mask's unsafe-keep rate is below /
+  above / equal to the ratio mask's, empty when a side has no rate.
 
 On a ``masks``-only input (no updates) rates, sign accuracy and wins are empty; counts of
 out-of-region and disagreement tokens are still there.
@@ -21,8 +28,10 @@ Examples
 >>> from pdm_replay.report.db import connect
 >>> db = connect(example_run())
 >>> h = headline(db)
->>> h.select("family", "estimator", "n_seeds").rows()
+>>> h.filter(pl.col("basis") == "own").select("family", "estimator", "n_seeds").rows()
 [('kl', 'agg', 3), ('kl', 'uniform', 3), ('tv', 'agg', 3), ('tv', 'uniform', 3)]
+>>> h["basis"].unique(maintain_order=True).to_list()  # no `actual` update in this run
+['own', 'none']
 >>> db.close()
 """
 
@@ -31,7 +40,8 @@ from __future__ import annotations
 import polars as pl
 
 from pdm_replay.report.db import ReportDB
-from pdm_replay.report.stats import bootstrap_mean_ci, sign_test, wilcoxon_signed_rank
+# headline is re-exported: it is computed in report.headline only
+from pdm_replay.report.headline import KEYS, headline  # noqa: F401
 
 PAIR_KEYS = ("family", "estimator")
 
@@ -85,15 +95,16 @@ def kept_deltas(db: ReportDB) -> pl.DataFrame:
 
 
 def alignment_by_seed(db: ReportDB) -> pl.DataFrame:
-    """Per seed, family, estimator and direction (its mask is the update mask): counts of
+    """Per seed, basis (``actual`` / ``own`` / ``none``: the update ΔD is measured under),
+    family, estimator, δ and direction (``update_mask``: the update measured): counts of
     out-of-region, disagreement, kept, measured, unsafe and corrective tokens and the rates.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     df = alignment_by_seed(db)
-    >>> df.height  # 3 seeds x 4 (family, estimator) pairs x 2 directions
-    24
+    >>> df.height  # 3 seeds x 2 bases (own, none) x 4 (family, estimator) x 2 directions
+    48
     >>> bool((df["n_unsafe"] + df["n_corrective"] <= df["n_measured"]).all())
     True
     """
@@ -114,49 +125,30 @@ def seed_rates(db: ReportDB) -> pl.DataFrame:
 
 def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
               seed: int = 0) -> pl.DataFrame:
-    """Per (family, estimator): seeds where predictive beats ratio on unsafe-keep rate.
-
-    Columns: family, estimator, seeds_compared, wins, losses, ties, win_seeds,
-    sign_test_p (exact, ties dropped), wilcoxon_p (signed-rank on unsafe_diff),
-    mean_unsafe_diff (ratio - predictive, mean over seeds), ci_low, ci_high (bootstrap of
-    that mean over seeds, ``confidence`` level, ``n_resamples`` draws, seeded).
+    """Per basis and comparison: the seed outcomes of :func:`headline` (wins: predictive
+    lower unsafe-keep rate than ratio; empty: a side kept no measured token), the tests
+    over independent seeds and the per-seed mean difference with its interval.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
-    ...     w = seed_wins(db)
-    >>> w.columns[:6]
-    ['family', 'estimator', 'seeds_compared', 'wins', 'losses', 'ties']
+    ...     w = seed_wins(db, n_resamples=100)
+    >>> w.columns[:8]
+    ['basis', 'family', 'estimator', 'delta', 'n_seeds', 'wins', 'losses', 'ties']
     >>> bool(((w["wins"] + w["losses"] + w["ties"]) == w["seeds_compared"]).all())
     True
     """
-    rates = seed_rates(db)
-    rows = []
-    for (family, estimator), g in rates.group_by(PAIR_KEYS, maintain_order=True):
-        outcome = g["outcome"]
-        wins, losses = int((outcome == "win").sum()), int((outcome == "loss").sum())
-        ties = int((outcome == "tie").sum())
-        diffs = g["unsafe_diff"].drop_nulls().to_numpy()
-        lo, hi = bootstrap_mean_ci(diffs, n_resamples=n_resamples, confidence=confidence,
-                                   seed=seed)
-        rows.append({
-            "family": family, "estimator": estimator, "seeds_compared": wins + losses + ties,
-            "wins": wins, "losses": losses, "ties": ties,
-            "win_seeds": sorted(g.filter(outcome == "win")["seed"].to_list()),
-            "sign_test_p": sign_test(wins, losses),
-            "wilcoxon_p": wilcoxon_signed_rank(diffs).pvalue,
-            "mean_unsafe_diff": float(diffs.mean()) if len(diffs) else None,
-            "ci_low": lo, "ci_high": hi,
-        })
-    return pl.DataFrame(rows, schema=_SEED_WINS_SCHEMA).fill_nan(None)
+    return seed_wins_of(headline(db, n_resamples=n_resamples, confidence=confidence,
+                                 seed=seed))
 
 
-_SEED_WINS_SCHEMA = {
-    "family": pl.String, "estimator": pl.String, "seeds_compared": pl.Int64,
-    "wins": pl.Int64, "losses": pl.Int64, "ties": pl.Int64, "win_seeds": pl.List(pl.Int64),
-    "sign_test_p": pl.Float64, "wilcoxon_p": pl.Float64, "mean_unsafe_diff": pl.Float64,
-    "ci_low": pl.Float64, "ci_high": pl.Float64,
-}
+def seed_wins_of(head: pl.DataFrame) -> pl.DataFrame:
+    """The seed-outcome columns of a :func:`headline` frame."""
+    return head.select(*KEYS, "n_seeds", "wins", "losses", "ties", "empty_seeds",
+                       "seeds_compared", "win_seeds", "empty_seed_list", "sign_test_p",
+                       "wilcoxon_p", "seeds_independent", "unsafe_diff_pooled", "ci_low",
+                       "ci_high", "unsafe_diff_seed_mean", "seed_mean_ci_low",
+                       "seed_mean_ci_high", "bootstrap_resamples", "bootstrap_clusters")
 
 
 def sign_accuracy(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
@@ -189,6 +181,16 @@ def estimator_accuracy(db: ReportDB) -> pl.DataFrame:
     return db.named("estimator_accuracy")
 
 
+def behavior_fidelity(db: ReportDB) -> pl.DataFrame:
+    """Logged vs reloaded µ (replay with a behaviour checkpoint), over all tokens and the
+    disagreement tokens: median / p99 / max |behavior_logp_gap| at the sampled token, the
+    max support gap, and the share within one rounding of the logged log-prob in the
+    behaviour dtype (u·|log µ(k)|, u from the manifest's ``behavior_fidelity``; every
+    token when the manifest does not record u). Empty without the gap columns."""
+    fid = (db.info.manifest or {}).get("behavior_fidelity") or {}
+    return db.named("behavior_fidelity", {"unit_roundoff": fid.get("unit_roundoff")})
+
+
 def log_health(db: ReportDB) -> pl.DataFrame:
     """One row: token and seed counts, mass overflow (logged top-K µ mass > 1), non-finite
     statistics, zero advantages, exact and update row counts, and the replay's
@@ -218,38 +220,3 @@ def direction_terms(db: ReportDB, *, limit: int = 20_000) -> pl.DataFrame:
     ``local_term`` and ``global_term`` of the slope, signed by sign(Â), and ΔD under
     ``none`` (null without a replay). Predictive "away" is local_term - global_term > 0."""
     return db.named("direction_terms", {"limit": limit})
-
-
-def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
-             seed: int = 0) -> pl.DataFrame:
-    """The paper's token-level analysis, one row per (family, estimator).
-
-    Columns: family, estimator, ratio_mask, predictive_mask, n_seeds,
-    out_of_region_per_seed, disagreement_per_seed (means over seeds), unsafe_keep_ratio,
-    unsafe_keep_predictive, corrective_ratio, corrective_predictive (pooled over seeds),
-    then :func:`seed_wins`' wins, seeds_compared, sign_test_p, wilcoxon_p,
-    mean_unsafe_diff, ci_low, ci_high.
-    """
-    by_seed = alignment_by_seed(db)
-    per_seed = (by_seed.filter(pl.col("direction") == "ratio")
-                .group_by(PAIR_KEYS, maintain_order=True)
-                .agg(ratio_mask=pl.first("update_mask"), n_seeds=pl.len().cast(pl.Int64),
-                     out_of_region_per_seed=pl.mean("n_out_of_region"),
-                     disagreement_per_seed=pl.mean("n_disagree")))
-    pooled = alignment(db)
-    rates = [pooled.filter(pl.col("direction") == d).select(
-        *PAIR_KEYS, pl.col("unsafe_keep_rate").alias(f"unsafe_keep_{d}"),
-        pl.col("corrective_rate").alias(f"corrective_{d}"),
-        *([pl.col("update_mask").alias("predictive_mask")] if d == "predictive" else []))
-        for d in ("ratio", "predictive")]
-    wins = seed_wins(db, n_resamples=n_resamples, confidence=confidence, seed=seed).select(
-        *PAIR_KEYS, "wins", "seeds_compared", "sign_test_p", "wilcoxon_p",
-        "mean_unsafe_diff", "ci_low", "ci_high")
-    out = per_seed
-    for frame in (*rates, wins):
-        out = out.join(frame, on=list(PAIR_KEYS), how="left", maintain_order="left")
-    return out.select(
-        *PAIR_KEYS, "ratio_mask", "predictive_mask", "n_seeds", "out_of_region_per_seed",
-        "disagreement_per_seed", "unsafe_keep_ratio", "unsafe_keep_predictive",
-        "corrective_ratio", "corrective_predictive", "wins", "seeds_compared",
-        "sign_test_p", "wilcoxon_p", "mean_unsafe_diff", "ci_low", "ci_high")

@@ -8,7 +8,7 @@ Examples
 ...     report = build_report(db)
 >>> d = report.to_dict()
 >>> sorted(d["headline"][0])[:4]
-['ci_high', 'ci_low', 'corrective_predictive', 'corrective_ratio']
+['basis', 'bootstrap_clusters', 'bootstrap_resamples', 'ci_high']
 >>> d["kind"], d["thresholds"]["delta_kl"]
 ('replay', 0.15)
 """
@@ -27,6 +27,7 @@ from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
+from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.run import RunInfo
 
 FORMATS = ("table", "markdown", "json", "html")
@@ -47,18 +48,34 @@ class ReportConfig:
     bootstrap_samples: int = 2000
     confidence: float = 0.95
     bootstrap_seed: int = 0
+    delta_kl: float | None = None  # re-threshold the direction analysis (report time)
+    delta_tv: float | None = None
+    by: str | None = None  # "step": every section per logged step
+
+    def thresholds(self) -> dict[str, float]:
+        """The report-time thresholds given (``delta_kl`` / ``delta_tv``)."""
+        return {k: v for k, v in (("delta_kl", self.delta_kl), ("delta_tv", self.delta_tv))
+                if v is not None}
 
 
 # (attribute, title) of every table section, in print order
 SECTIONS = (
-    ("headline", "Direction analysis (SPEC §6): ratio vs predictive masks"),
+    ("headline", "Direction analysis (SPEC §6): ratio vs predictive masks, per update "
+                 "basis (actual = the trainer's real step; own = each mask's own simulated "
+                 "update; none = the keep-all update)"),
+    ("threshold_comparison", "Threshold comparison (the paper's δ study): every δ side by "
+                             "side"),
     ("seed_rates", "Unsafe-keep and corrective rates per seed"),
-    ("seed_wins", "Seed wins: predictive lower unsafe-keep rate than ratio"),
-    ("sign_accuracy", "Sign accuracy of each direction predictor (update `none`)"),
-    ("estimator_accuracy", "Top-K slope estimators vs exact"),
+    ("seed_wins", "Seed outcomes: predictive lower (win) / higher (loss) / equal (tie) "
+                  "unsafe-keep rate than ratio, or a side with nothing kept (empty)"),
+    ("sign_accuracy", "Sign accuracy of each direction predictor vs sign(ΔD) under the "
+                      "single updates (`actual`, `none`)"),
+    ("estimator_accuracy", "Top-K slope estimators vs exact (exact = vs reloaded µ, the "
+                           "behaviour checkpoint, not the logged µ)"),
+    ("behavior_fidelity", "µ fidelity: logged vs reloaded behaviour log-probs"),
     ("certificates", "Sign certificates (KL): decisions the logged support alone settles"),
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
-                    "(update `none`)"),
+                    "(updates `actual` and `none`)"),
     ("mask_summary", "Mask summary"),
     ("log_health", "Log health"),
 )
@@ -80,10 +97,15 @@ class Report:
     confidence: float = 0.95  # level of the bootstrap intervals in seed_wins / headline
     attribution: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.attribution
     certificates: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.certificates
+    behavior_fidelity: pl.DataFrame = field(default_factory=pl.DataFrame)
+    threshold_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # sweeps only
+    by: str | None = None  # "step" when every frame has a leading step column
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
-        """``(key, title, frame)`` of every table, in print order."""
-        return [(key, title, getattr(self, key)) for key, title in SECTIONS]
+        """``(key, title, frame)`` of every table, in print order (the threshold comparison
+        only when some comparison was analysed at several δ)."""
+        return [(key, title, getattr(self, key)) for key, title in SECTIONS
+                if key != "threshold_comparison" or getattr(self, key).height]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run description, every table as a list of rows, notes."""
@@ -93,8 +115,9 @@ class Report:
                                "masks": list(self.info.masks)}
         for key, _, frame in self.sections():
             rows = [_clean(r) for r in frame.to_dicts()]
-            out[key] = rows[0] if key == "log_health" else rows
+            out[key] = rows[0] if key == "log_health" and self.by is None and rows else rows
         out["confidence"] = self.confidence
+        out["by"] = self.by
         out["notes"] = list(self.notes)
         return out
 
@@ -106,22 +129,62 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: float = 0.95,
                  bootstrap_seed: int = 0) -> Report:
-    """Run every report query on ``db``; bootstrap settings go to :func:`api.seed_wins`."""
-    boot = {"n_resamples": bootstrap_samples, "confidence": confidence, "seed": bootstrap_seed}
+    """Run every report query on ``db``; bootstrap settings go to :func:`api.headline`."""
     db.cache_disagreements()
     health = api.log_health(db)
     by_seed = api.alignment_by_seed(db)
-    unmeasured = int((by_seed["n_kept"] - by_seed["n_measured"]).sum()) if by_seed.height else 0
-    split = attribution_split(db)
+    own = by_seed.filter(pl.col("basis") == "own")
+    unmeasured = int((own["n_kept"] - own["n_measured"]).sum()) if own.height else 0
+    split = _attribution(db)
     extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
-    return Report(info=db.info, headline=api.headline(db, **boot),
-                  seed_rates=api.seed_rates(db), seed_wins=api.seed_wins(db, **boot),
-                  sign_accuracy=api.sign_accuracy(db),
+    head = api.headline(db, n_resamples=bootstrap_samples, confidence=confidence,
+                        seed=bootstrap_seed)
+    notes = (*_notes(db.info, health.row(0, named=True), unmeasured),
+             *basis_notes(db), *extra)
+    return Report(info=db.info, headline=head, seed_rates=api.seed_rates(db),
+                  seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
-                  mask_summary=api.mask_summary(db), log_health=health,
-                  notes=tuple(_notes(db.info, health.row(0, named=True), unmeasured)) + extra,
+                  mask_summary=api.mask_summary(db), log_health=health, notes=notes,
                   confidence=confidence, attribution=split,
-                  certificates=certificate_summary(db))
+                  certificates=certificate_summary(db),
+                  behavior_fidelity=api.behavior_fidelity(db),
+                  threshold_comparison=threshold_comparison(head))
+
+
+def _attribution(db: ReportDB) -> pl.DataFrame:
+    """The attribution split under the single updates, the trainer's real step first."""
+    splits = [attribution_split(db, update_mask=b) for b in db.layout.bases
+              if b in ("actual", "none")]
+    found = [s for s in splits if s.height]
+    return pl.concat(found) if found else attribution_split(db)
+
+
+def basis_notes(db: ReportDB) -> list[str]:
+    """Which updates the numbers use, overlap of seeds, and comparisons whose own updates
+    were not simulated at the threshold analysed."""
+    info, layout = db.info, db.layout
+    notes = []
+    trainer = (info.manifest or {}).get("trainer_mask")
+    if "actual" in layout.bases:
+        notes.append("basis actual: ΔD after the trainer's real step (replay --next-checkpoint)"
+                     "; each mask's kept tokens are its own decisions on π_pre"
+                     + (f"; the trainer used {trainer['mask']}" if trainer else ""))
+    if info.kind == "replay" and not db.seeds_independent():
+        shared = db.shared_samples() or \
+            (info.manifest or {}).get("seed_overlap", {}).get("samples_in_several_seeds")
+        notes.append(f"seeds overlap: {shared} samples are in several seeds (replay "
+                     "--allow-overlap, or a replay from before disjoint seeds), so seeds are "
+                     "not independent: sign-test and Wilcoxon p-values are not shown; the "
+                     "intervals resample samples (clustered), which stays valid")
+    for c in layout.comparisons:
+        if info.has_updates and not c.own_measured:
+            option = "--delta-kl" if c.family == "kl" else "--delta-tv"
+            notes.append(f"{c.family}/{c.estimator} at δ = {c.delta:g}: no own-update rates, "
+                         f"the replay did not simulate both {c.ratio_mask} and "
+                         f"{c.predictive_mask} at this δ (replay them with --update-masks "
+                         f"and {option} {c.delta:g}); the `actual` and `none` rates are "
+                         "computed from the stored columns at this δ")
+    return notes
 
 
 def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
@@ -154,3 +217,20 @@ def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
                      "that kept them and are left out of the rates (was that mask among the "
                      "replay's update masks?)")
     return notes
+
+
+def combine_by_step(reports: dict[int, Report]) -> Report:
+    """One report of per-step reports: every frame gains a leading ``step`` column, notes
+    are prefixed by their step (run-wide notes once)."""
+    first = next(iter(reports.values()))
+    frames = {}
+    for key, _ in SECTIONS:
+        parts = [getattr(r, key).with_columns(pl.lit(step, pl.Int64).alias("step"))
+                 .select("step", pl.exclude("step"))
+                 for step, r in reports.items() if getattr(r, key).width]
+        frames[key] = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    shared = set.intersection(*(set(r.notes) for r in reports.values()))
+    notes = [n for n in first.notes if n in shared] + [
+        f"step {step}: {n}" for step, r in reports.items() for n in r.notes if n not in shared]
+    return Report(info=first.info, notes=tuple(notes), confidence=first.confidence,
+                  by="step", **frames)

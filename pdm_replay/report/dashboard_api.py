@@ -44,7 +44,7 @@ from pdm_replay.report.db import ReportDB, connect, load_sql
 from pdm_replay.report.run import RunInfo, discover_run
 
 QUERIES = "dashboard_queries.sql"
-UPDATES = ("own", "ratio", "predictive", "none")
+UPDATES = ("own", "ratio", "predictive", "none", "actual")
 SORT_COLUMNS = ("key", "d_pre", "delta_d", "advantage", "ratio", "d_local", "d_predictive")
 HISTOGRAM_COLUMNS = ("kl_topk", "tv_topk", "mu_mass", "pi_mass")
 SUPPORT_SCHEMA = {"slot": pl.Int64, "token_id": pl.Int64, "distribution": pl.String,
@@ -165,7 +165,8 @@ class DisagreementFilter:
     """Filters of the Disagreements page; None means any.
 
     ``update`` picks whose simulated step ΔD (``delta_d``) is read from: ``own`` (the mask
-    that kept the token), ``ratio`` / ``predictive`` (that mask of the pair) or ``none``.
+    that kept the token), ``ratio`` / ``predictive`` (that mask of the pair), ``none`` or
+    ``actual`` (the trainer's real step).
     ``kept_by``: ``ratio`` | ``predictive``; ``adv_sign`` / ``delta_sign``: -1, 0 or 1.
     """
 

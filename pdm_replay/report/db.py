@@ -7,9 +7,12 @@ read the run's Parquet files and nothing else, and cannot write files or change 
 so ad-hoc ``pdm-replay sql`` queries are harmless.
 
 Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs``,
+``comparisons`` (pair × δ, :mod:`pdm_replay.report.comparisons`), ``bases``,
+``mask_variants`` (the names mask@value of a sweep and their masks),
 ``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
-``seed_wins``, ``realized_none``, ``sign_accuracy``, ``estimator_accuracy``,
+``seed_wins``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
+``sign_accuracy``, ``estimator_accuracy``,
 ``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``,
 ``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -46,6 +50,8 @@ import polars as pl
 import pyarrow as pa
 
 from pdm_replay.masks import MASKS, comparison_pairs
+from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
+                                           comparisons_table)
 from pdm_replay.report.run import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
@@ -88,11 +94,13 @@ class ReportDB:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, info: RunInfo,
-                 temp_dir: Path | None = None) -> None:
+                 temp_dir: Path | None = None, layout: Layout | None = None) -> None:
         self.con = con
         self.info = info
         self._temp_dir = temp_dir
         self._cached = False
+        self.layout = layout or Layout((), (), ())
+        self._shared: int | None = None
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
@@ -103,6 +111,17 @@ class ReportDB:
               sql_file: str = "queries.sql") -> pl.DataFrame:
         """Run the query ``name`` of ``pdm_replay/sql/<sql_file>`` with ``params``."""
         return self.query(named_queries(sql_file)[name], params)
+
+    def shared_samples(self) -> int:
+        """How many samples have tokens in several seeds (counted once per connection)."""
+        if self._shared is None:
+            self._shared = int(self.named("shared_samples")["n"][0])
+        return self._shared
+
+    def seeds_independent(self) -> bool:
+        """A replay whose seeds share no sample, by its tokens and by its manifest."""
+        return (self.info.kind == "replay" and not self.info.seeds_overlap
+                and self.shared_samples() == 0)
 
     def arrow_batches(self, sql: str, params: Mapping[str, Any] | None = None,
                       batch_rows: int = 65536) -> pa.RecordBatchReader:
@@ -134,13 +153,27 @@ class ReportDB:
         self.close()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What the direction analysis of a connection compares (``comparisons``, ``bases``)
+    and which updates the run holds."""
+
+    updates: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+    bases: tuple[str, ...]
+
+
 def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-            threads: int | None = None, sandbox: bool = True) -> ReportDB:
+            threads: int | None = None, sandbox: bool = True,
+            thresholds: Mapping[str, float] | None = None,
+            step: int | None = None) -> ReportDB:
     """Open an in-memory DuckDB with every report view over ``source``.
 
     ``source`` is a replay run directory, a ``pdm-replay masks`` tokens file, or the
     :class:`RunInfo` of one. ``memory_limit`` bounds DuckDB's buffers (it spills to a
     private temp directory beyond it); ``threads`` defaults to DuckDB's choice.
+    ``thresholds`` (``delta_kl`` / ``delta_tv``) re-threshold the direction analysis at
+    report time; ``step`` keeps one logged step's tokens.
     """
     info = source if isinstance(source, RunInfo) else discover_run(source)
     temp_dir = Path(tempfile.mkdtemp(prefix="pdm_replay_duckdb_"))
@@ -149,14 +182,14 @@ def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_
         config["threads"] = threads
     con = duckdb.connect(":memory:", config=config)
     try:
-        _register(con, info)
+        layout = _register(con, info, thresholds or {}, step)
         if sandbox:
             _lock_down(con, info, temp_dir)
     except BaseException:
         con.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
-    return ReportDB(con, info, temp_dir)
+    return ReportDB(con, info, temp_dir, layout)
 
 
 def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
@@ -188,7 +221,8 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
     return masks, mask_pairs
 
 
-def _register(con: duckdb.DuckDBPyConnection, info: RunInfo) -> None:
+def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
+              thresholds: Mapping[str, float], step: int | None) -> Layout:
     masks, mask_pairs = _registry_tables(info)
     # Registered Arrow objects become views of these names; templates carry every column
     # of the contracts so that the SQL never depends on which columns a run has.
@@ -205,12 +239,22 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo) -> None:
         "hive_partitioning": info.kind == "replay",
         "eps": t.eps, "eps_low": t.eps_low, "eps_high": t.eps_high,
         "delta_kl": t.delta_kl, "delta_tv": t.delta_tv,
-        "thresholds_source": info.thresholds_source,
+        "thresholds_source": info.thresholds_source, "step": step,
     })
     con.execute(load_sql("base_tokens.sql"))
     con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
+    updates = tuple(r[0] for r in con.sql(
+        "SELECT DISTINCT update_mask FROM updates ORDER BY 1").fetchall())
+    cs = tuple(comparisons(info, updates, thresholds=thresholds))
+    names = tuple(bases(updates, has_updates=info.has_updates))
+    con.register("comparisons", comparisons_table(list(cs), has_updates=info.has_updates))
+    con.register("mask_variants", pa.table({
+        "name": pa.array(list(info.mask_variants), pa.string()),
+        "mask": pa.array([str(v["mask"]) for v in info.mask_variants.values()], pa.string())}))
+    con.register("bases", bases_table(list(names)))
     for name in VIEW_FILES:
         con.execute(load_sql(name))
+    return Layout(updates, cs, names)
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, info: RunInfo, temp_dir: Path) -> None:

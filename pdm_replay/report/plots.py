@@ -104,10 +104,13 @@ def direction_terms_png(terms: pl.DataFrame) -> bytes:
 
 
 def seed_rates_png(rates: pl.DataFrame) -> bytes:
-    """Per-seed unsafe-keep rates, ratio (x) vs predictive (y); below the diagonal = win."""
+    """Per-seed unsafe-keep rates, ratio (x) vs predictive (y); below the diagonal = win.
+    Under the first basis of ``rates`` (``actual`` when the run has it, else ``own``)."""
     fig = _figure(5.0, 4.5)
     ax = fig.subplots()
-    both = rates.drop_nulls(["unsafe_ratio", "unsafe_predictive"])
+    first = rates["basis"][0] if rates.height else None
+    both = rates.filter(pl.col("basis") == first).drop_nulls(
+        ["unsafe_ratio", "unsafe_predictive"])
     if both.height == 0:
         _empty(ax, "no per-seed rates: needs a replay")
         return _png(fig)
@@ -117,6 +120,7 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     ax.plot([0, 1], [0, 1], color="black", lw=0.8)
     ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
     ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"update: {first}", fontsize=8)
     ax.set_xlabel("unsafe-keep rate, ratio mask")
     ax.set_ylabel("unsafe-keep rate, predictive mask")
     ax.legend(fontsize=7)

@@ -8,7 +8,7 @@ Examples
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> _ = produce_report(ReportConfig(source=example_run(), format="json", out=out))
 >>> sorted(json.loads(out.read_text()))[:3]
-['attribution', 'certificates', 'confidence']
+['attribution', 'behavior_fidelity', 'by']
 >>> text = run_sql(SqlConfig(source=example_run(), query="SELECT $x AS x",
 ...                          params=(("x", "'; DROP TABLE tokens; --"),), format="csv"))
 >>> text.splitlines()
@@ -29,8 +29,9 @@ from rich.console import Console
 from rich.table import Table
 
 from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_path_for
-from pdm_replay.report.build import FORMATS, Report, ReportConfig, build_report
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, connect
+from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report,
+                                     combine_by_step)
+from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB, connect
 from pdm_replay.report.render import (render_html, render_json, render_markdown,
                                       render_table)
 
@@ -58,13 +59,28 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
     """
     if cfg.format not in FORMATS:
         raise ValueError(f"unknown format {cfg.format!r}; expected one of {', '.join(FORMATS)}")
-    with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
-        report = build_report(db, bootstrap_samples=cfg.bootstrap_samples,
-                              confidence=cfg.confidence, bootstrap_seed=cfg.bootstrap_seed)
+    if cfg.by not in (None, "step"):
+        raise ValueError(f"--by {cfg.by!r}: expected step")
+    opts = {"memory_limit": cfg.memory_limit, "threads": cfg.threads,
+            "thresholds": cfg.thresholds()}
+    boot = {"bootstrap_samples": cfg.bootstrap_samples, "confidence": cfg.confidence,
+            "bootstrap_seed": cfg.bootstrap_seed}
+    with connect(cfg.source, **opts) as db:
+        report = build_report(db, **boot) if cfg.by is None else None
+        steps = logged_steps(db) if cfg.by == "step" else []
         plots = None
         if cfg.format == "html" or cfg.plots_dir is not None:
             from pdm_replay.report.plots import report_plots
             plots = report_plots(db)
+    if report is None:
+        per_step = {}
+        for step in steps:
+            with connect(db.info, step=step, **opts) as step_db:
+                per_step[step] = build_report(step_db, **boot)
+        if not per_step:
+            raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
+                             "(it holds no logged step)")
+        report = combine_by_step(per_step)
     text = render(report, cfg.format, plots)
     if cfg.out is not None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
@@ -72,6 +88,12 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
         for name, png in plots.items():
             atomic_write_bytes(Path(cfg.plots_dir) / f"{name}.png", png)
     return report, text
+
+
+def logged_steps(db: ReportDB) -> list[int]:
+    """The distinct logged steps of the run's tokens, ascending."""
+    return [int(r[0]) for r in db.con.sql(
+        "SELECT DISTINCT step FROM tokens WHERE step IS NOT NULL ORDER BY 1").fetchall()]
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ one self-contained HTML page (plots embedded as base64 PNG).
 
 Examples
 --------
->>> format_value("unsafe_keep_ratio", 0.369), format_value("sign_test_p", 0.0123456)
+>>> format_value("unsafe_ratio_pooled", 0.369), format_value("sign_test_p", 0.0123456)
 ('36.9%', '0.0123')
->>> format_value("mean_unsafe_diff", 0.027), format_value("n_seeds", 61)
+>>> format_value("unsafe_diff_pooled", 0.027), format_value("n_seeds", 61)
 ('+2.7 pp', '61')
 """
 
@@ -25,21 +25,31 @@ from pdm_replay.report.attribution import SHARE_COLUMNS
 from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 
-DIFF_COLUMNS = ("mean_unsafe_diff", "unsafe_diff", "ci_low", "ci_high")
+DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
+                "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
 RATE_COLUMNS = frozenset({
     "unsafe_keep_rate", "corrective_rate", "keep_fraction", "accuracy", "sign_agreement",
-    "mass_overflow_fraction", "unsafe_keep_ratio", "unsafe_keep_predictive",
-    "corrective_ratio", "corrective_predictive", "unsafe_ratio", "unsafe_predictive"}
+    "mass_overflow_fraction", "unsafe_ratio", "unsafe_predictive", "corrective_ratio",
+    "corrective_predictive", "within_one_rounding",
+    *(f"{w}_{s}_{p}" for w in ("unsafe", "corrective") for s in ("ratio", "predictive")
+      for p in ("pooled", "seed_mean"))}
 ) | SHARE_COLUMNS | CERT_SHARE_COLUMNS
 HEADLINE_LABELS = {
-    "family": "family", "estimator": "estimator", "n_seeds": "seeds",
-    "out_of_region_per_seed": "out of region / seed",
+    "basis": "update", "family": "family", "estimator": "estimator", "delta": "δ",
+    "n_seeds": "seeds", "out_of_region_per_seed": "out of region / seed",
     "disagreement_per_seed": "disagreements / seed",
-    "unsafe_keep_ratio": "unsafe keeps: ratio", "unsafe_keep_predictive": "unsafe: predictive",
-    "corrective_ratio": "corrective: ratio", "corrective_predictive": "corrective: predictive",
-    "wins": "wins", "sign_test_p": "sign test p", "wilcoxon_p": "Wilcoxon p",
-    "mean_unsafe_diff": "Δ unsafe (ratio − pred.)",
+    "unsafe_ratio_pooled": "unsafe: ratio (pooled)",
+    "unsafe_predictive_pooled": "unsafe: pred. (pooled)",
+    "unsafe_ratio_seed_mean": "unsafe: ratio (seed mean)",
+    "unsafe_predictive_seed_mean": "unsafe: pred. (seed mean)",
+    "corrective_ratio_pooled": "corrective: ratio (pooled)",
+    "corrective_predictive_pooled": "corrective: pred. (pooled)",
+    "corrective_ratio_seed_mean": "corrective: ratio (seed mean)",
+    "corrective_predictive_seed_mean": "corrective: pred. (seed mean)",
 }
+BASIS_TEXT = {"actual": "under the trainer's actual update",
+              "own": "each mask under its own simulated update",
+              "none": "under the keep-all update `none`"}
 PLOT_TITLES = {
     "kept_deltas": "ΔD of kept disagreement tokens, under the keeping mask's own update",
     "direction_terms": "Local vs global term of the KL slope (out-of-region tokens)",
@@ -57,6 +67,7 @@ def format_value(column: str, value: Any) -> str:
         return ", ".join(str(v) for v in value)
     if not isinstance(value, float):
         return str(value)
+    column = column.split("@")[0]  # a threshold comparison's <column>@<δ>
     if column in DIFF_COLUMNS:
         return f"{100 * value:+.1f} pp"
     if column.endswith("_p"):
@@ -67,49 +78,93 @@ def format_value(column: str, value: Any) -> str:
 
 
 def headline_display(headline: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
-    """The headline as strings with readable labels (wins as "x / y", the CI as one cell)."""
-    ci = f"{confidence:.0%} CI"
+    """The headline's rates as strings with readable labels."""
     rows = []
     for r in headline.to_dicts():
-        row = {label: format_value(k, r[k]) for k, label in HEADLINE_LABELS.items()}
-        row["wins"] = f"{r['wins'] or 0} / {r['seeds_compared'] or 0}"
-        lo, hi = format_value("ci_low", r["ci_low"]), format_value("ci_high", r["ci_high"])
-        row[ci] = f"[{lo}, {hi}]"
+        row = {"step": str(r["step"])} if "step" in r else {}
+        row.update({label: format_value(k, r[k]) for k, label in HEADLINE_LABELS.items()})
         rows.append(row)
-    schema = {c: pl.String for c in [*HEADLINE_LABELS.values(), ci]}
-    return pl.DataFrame(rows, schema=schema)
+    columns = list(rows[0]) if rows else list(HEADLINE_LABELS.values())
+    return pl.DataFrame(rows, schema={c: pl.String for c in columns})
+
+
+def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """Seed outcomes, paired tests and the differences with their intervals as strings."""
+    ci = f"{confidence:.0%} CI"
+    rows = []
+    for r in wins.to_dicts():
+        row = {"step": str(r["step"])} if "step" in r else {}
+        row.update({k: format_value(k, r[k]) for k in ("basis", "family", "estimator",
+                                                        "delta", "n_seeds")})
+        row["W / L / T / empty"] = (f"{r['wins']} / {r['losses']} / {r['ties']} / "
+                                    f"{r['empty_seeds']}")
+        row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
+        row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
+        row["Wilcoxon p"] = format_value("wilcoxon_p", r["wilcoxon_p"])
+        for name, lo, hi, label in (
+                ("unsafe_diff_pooled", "ci_low", "ci_high", "Δ unsafe ratio − pred. (pooled)"),
+                ("unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high",
+                 "Δ unsafe (seed mean)")):
+            row[f"{label} [{ci}]"] = (f"{format_value(name, r[name])} "
+                                      f"[{format_value(lo, r[lo])}, {format_value(hi, r[hi])}]")
+        row["bootstrap"] = f"B = {r['bootstrap_resamples']}, {r['bootstrap_clusters']} samples"
+        rows.append(row)
+    columns = list(rows[0]) if rows else ["basis"]
+    return pl.DataFrame(rows, schema={c: pl.String for c in columns})
+
+
+def _basis(r: dict[str, Any]) -> str:
+    if r["basis"] == "own":
+        return f"{BASIS_TEXT['own']} ({r['ratio_update']} / {r['predictive_update']})"
+    return BASIS_TEXT.get(r["basis"], r["basis"])
+
+
+def _sentence(r: dict[str, Any], kind: str, confidence: float) -> str:
+    step = f"step {r['step']}, " if "step" in r else ""
+    pair = (f"{step}{r['family']}/{r['estimator']} at δ = {r['delta']:g} "
+            f"({r['ratio_mask']} vs {r['predictive_mask']})")
+    if kind == "masks":
+        return (f"{pair}: {r['out_of_region_per_seed']:.0f} tokens out of region, "
+                f"{r['disagreement_per_seed']:.0f} disagreements (log only, no replay)")
+    v = {k: format_value(k, r[k]) for k in r}
+    text = (f"{pair}, {_basis(r)}: {r['out_of_region_per_seed']:.1f} tokens out of region "
+            f"and {r['disagreement_per_seed']:.1f} disagreements per seed over "
+            f"{r['n_seeds']} seeds")
+    if r["unsafe_ratio_pooled"] is None and r["unsafe_predictive_pooled"] is None:
+        return text
+    text += (f"; unsafe keeps predictive vs ratio: pooled {v['unsafe_predictive_pooled']} vs "
+             f"{v['unsafe_ratio_pooled']}, per-seed mean {v['unsafe_predictive_seed_mean']} "
+             f"vs {v['unsafe_ratio_seed_mean']}; corrective pooled "
+             f"{v['corrective_predictive_pooled']} vs {v['corrective_ratio_pooled']}, "
+             f"per-seed mean {v['corrective_predictive_seed_mean']} vs "
+             f"{v['corrective_ratio_seed_mean']}; ratio − predictive unsafe "
+             f"{v['unsafe_diff_pooled']} pooled, {confidence:.0%} CI [{v['ci_low']}, "
+             f"{v['ci_high']}] (sample-clustered bootstrap, B = {r['bootstrap_resamples']}, "
+             f"{r['bootstrap_clusters']} samples); predictive lower on {r['wins']} of "
+             f"{r['n_seeds']} seeds ({r['losses']} higher, {r['ties']} tied, "
+             f"{r['empty_seeds']} with an empty side)")
+    if not r["seeds_compared"]:
+        return text + ", no seed to compare"
+    if r["seeds_independent"]:
+        return text + (f", sign test p = {v['sign_test_p']}, Wilcoxon p = "
+                       f"{v['wilcoxon_p']} (over independent seeds)")
+    return text + ", no p-values: the seeds are not independent"
 
 
 def headline_sentences(report: Report) -> list[str]:
-    """One sentence per pair in the paper's form."""
-    out = []
-    for r in report.headline.to_dicts():
-        pair = f"{r['family']}/{r['estimator']} ({r['ratio_mask']} vs {r['predictive_mask']})"
-        if report.info.kind == "masks":
-            text = (f"{pair}: {r['out_of_region_per_seed']:.0f} tokens out of region, "
-                    f"{r['disagreement_per_seed']:.0f} disagreements (log only, no replay)")
-        else:
-            text = (f"{pair}: {r['out_of_region_per_seed']:.1f} tokens out of region and "
-                    f"{r['disagreement_per_seed']:.1f} disagreements per seed over "
-                    f"{r['n_seeds']} seeds")
-        if r["unsafe_keep_ratio"] is not None or r["unsafe_keep_predictive"] is not None:
-            v = {k: format_value(k, r[k]) for k in r}
-            text += (f"; unsafe keeps {v['unsafe_keep_predictive']} predictive vs "
-                     f"{v['unsafe_keep_ratio']} ratio, corrective "
-                     f"{v['corrective_predictive']} vs {v['corrective_ratio']}; predictive "
-                     f"lower on {r['wins']} of {r['seeds_compared']} seeds (sign test p = "
-                     f"{v['sign_test_p']}, Wilcoxon p = {v['wilcoxon_p']})")
-        out.append(text + ".")
-    return out
+    """One sentence per basis and comparison, in the paper's form."""
+    return [_sentence(r, report.info.kind, report.confidence) + "."
+            for r in report.headline.to_dicts()]
 
 
 def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
            ) -> tuple[list[str], list[list[str]]]:
     """Header and string rows of a section (headline relabelled, log health transposed)."""
-    if key == "headline":
-        shown = headline_display(frame, confidence)
+    shows = {"headline": headline_display, "seed_wins": seed_wins_display}
+    if key in shows and frame.height:
+        shown = shows[key](frame, confidence)
         return shown.columns, [list(r) for r in shown.rows()]
-    if key == "log_health":
+    if key == "log_health" and "step" not in frame.columns:
         row = frame.row(0, named=True) if frame.height else {}
         return ["measure", "value"], [[k, format_value(k, v)] for k, v in row.items()]
     return frame.columns, [[format_value(c, v) for c, v in zip(frame.columns, r)]

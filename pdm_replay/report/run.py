@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
 from pdm_replay.run_masks import THRESHOLDS_KEY
-from pdm_replay.schema import SCHEMA_KEY, TOKENS_SCHEMA_ID, UPDATES_SCHEMA_ID
+from pdm_replay.schema import (SCHEMA_KEY, TOKENS_SCHEMA_ID, UPDATES_SCHEMA_ID,
+                               VARIANTS_KEY)
 
 MANIFEST = "manifest.json"
 REQUIRED_TOKEN_COLUMNS = ("sample_id", "pos", "advantage", "ratio", "kl_topk", "tv_topk",
@@ -53,6 +54,9 @@ class RunInfo:
     thresholds_source: str  # "tokens footer" | "manifest.json" | "defaults"
     manifest: Mapping[str, Any] | None
     notes: tuple[str, ...] = ()
+    # sweep variants ``<mask>@<value>`` -> {"mask": ..., "<field>": value} (tokens footer
+    # ``pdm_replay.mask_variants``, else the manifest's ``mask_variants``)
+    mask_variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def has_updates(self) -> bool:
@@ -64,9 +68,17 @@ class RunInfo:
 
     @property
     def masks(self) -> tuple[str, ...]:
-        """Masks with a ``keep_<mask>`` column: registry order, then unknown names."""
+        """Masks with a ``keep_<mask>`` column (or ``keep_<mask>@<value>`` columns of a
+        sweep): registry order, then unknown names."""
         present = {c[len("keep_"):] for c in self.columns if c.startswith("keep_")}
+        present = {str(self.mask_variants[n]["mask"]) if n in self.mask_variants else n
+                   for n in present}
         return tuple([m for m in MASKS if m in present] + sorted(present - set(MASKS)))
+
+    @property
+    def seeds_overlap(self) -> bool:
+        """Whether the manifest says seeds share samples (``seed_overlap.overlap``)."""
+        return bool(((self.manifest or {}).get("seed_overlap") or {}).get("overlap"))
 
     @property
     def recompute_deviation(self) -> Mapping[str, float] | None:
@@ -88,7 +100,9 @@ def discover_run(source: Path | str) -> RunInfo:
         manifest = _read_manifest(source / MANIFEST)
     else:
         kind, tokens, updates, manifest = "masks", list_parquet_files(source), [], None
-    columns, footer = _check_tokens(tokens)
+    columns, footer, variants = _check_tokens(tokens)
+    if not variants and isinstance((manifest or {}).get("mask_variants"), Mapping):
+        variants = dict(manifest["mask_variants"])
     for f in updates[:1]:
         _check_schema(f, UPDATES_SCHEMA_ID, REQUIRED_UPDATE_COLUMNS,
                       "the replay wrote it only partly; re-run `pdm-replay replay`")
@@ -99,7 +113,7 @@ def discover_run(source: Path | str) -> RunInfo:
     return RunInfo(source=source, kind=kind, tokens_files=tuple(tokens),
                    updates_files=tuple(updates), columns=frozenset(columns),
                    thresholds=thresholds, thresholds_source=origin, manifest=manifest,
-                   notes=tuple(notes))
+                   notes=tuple(notes), mask_variants=variants)
 
 
 def _read_manifest(path: Path) -> dict | None:
@@ -128,10 +142,12 @@ def _check_schema(path: Path, schema_id: str, required: tuple[str, ...],
     return schema
 
 
-def _check_tokens(files: list[Path]) -> tuple[set[str], dict[Path, str]]:
-    """Union of the tokens columns, and each file's thresholds footer (where present)."""
+def _check_tokens(files: list[Path]) -> tuple[set[str], dict[Path, str], dict[str, Any]]:
+    """Union of the tokens columns, each file's thresholds footer (where present) and the
+    sweep variants of the footers."""
     columns: set[str] = set()
     footer: dict[Path, str] = {}
+    variants: dict[str, Any] = {}
     for f in files:
         schema = _check_schema(f, TOKENS_SCHEMA_ID, REQUIRED_TOKEN_COLUMNS,
                                "write it with `pdm-replay masks` or `pdm-replay replay`")
@@ -139,7 +155,10 @@ def _check_tokens(files: list[Path]) -> tuple[set[str], dict[Path, str]]:
         raw = (schema.metadata or {}).get(THRESHOLDS_KEY.encode())
         if raw is not None:
             footer[f] = raw.decode()
-    return columns, footer
+        raw = (schema.metadata or {}).get(VARIANTS_KEY.encode())
+        if raw is not None:
+            variants.update(json.loads(raw))
+    return columns, footer, variants
 
 
 def parse_thresholds(payload: Mapping[str, Any] | str, where: str) -> Thresholds:

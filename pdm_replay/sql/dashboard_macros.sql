@@ -3,7 +3,8 @@
 
 -- Disagreement tokens (view `disagreements`) with delta_d = Delta D under the chosen update:
 -- 'own' (the update of the mask that kept the token), 'ratio' / 'predictive' (the update of
--- that mask of the pair) or 'none' (every token kept).
+-- that mask of the pair, at the comparison's delta), 'none' (every token kept) or 'actual'
+-- (the trainer's real step).
 CREATE OR REPLACE MACRO dashboard_disagreements(p_family, p_estimator, p_seed, p_update,
                                                 p_kept_by, p_adv_sign, p_delta_sign) AS TABLE
 WITH d AS (
@@ -11,12 +12,14 @@ WITH d AS (
            CASE p_update WHEN 'ratio' THEN delta_d_ratio
                          WHEN 'predictive' THEN delta_d_predictive
                          WHEN 'none' THEN delta_d_none
+                         WHEN 'actual' THEN delta_d_actual
                          ELSE delta_d_kept END AS delta_d,
-           CASE p_update WHEN 'ratio' THEN ratio_mask
-                         WHEN 'predictive' THEN predictive_mask
+           CASE p_update WHEN 'ratio' THEN ratio_update
+                         WHEN 'predictive' THEN predictive_update
                          WHEN 'none' THEN 'none'
-                         ELSE CASE kept_by WHEN 'ratio' THEN ratio_mask
-                                           ELSE predictive_mask END END AS update_mask
+                         WHEN 'actual' THEN 'actual'
+                         ELSE CASE kept_by WHEN 'ratio' THEN ratio_update
+                                           ELSE predictive_update END END AS update_mask
     FROM disagreements
     WHERE (p_family IS NULL OR family = p_family)
       AND (p_estimator IS NULL OR estimator = p_estimator)

@@ -14,8 +14,8 @@ FROM dashboard_disagreements($family, $estimator, $seed, $update, $kept_by, $adv
 -- family, estimator, sample_id, pos), descending when $descending.
 SELECT seed, family, estimator, sample_id, pos, token_id, kept_by, update_mask, advantage,
        ratio, d_pre, delta, d_local, d_predictive, d_exact, delta_d,
-       delta_d_ratio, delta_d_predictive, delta_d_none, keep_ratio, keep_predictive,
-       ratio_mask, predictive_mask, step
+       delta_d_ratio, delta_d_predictive, delta_d_none, delta_d_actual, keep_ratio,
+       keep_predictive, ratio_mask, predictive_mask, ratio_update, predictive_update, step
 FROM (
     SELECT *,
            CASE $sort WHEN 'd_pre' THEN d_pre

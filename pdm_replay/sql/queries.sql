@@ -20,12 +20,12 @@ ORDER BY seed, family, estimator, sample_id, pos
 LIMIT $limit OFFSET $offset;
 
 -- name: alignment_by_seed
-SELECT * FROM alignment_by_seed
-ORDER BY seed, family, estimator, direction DESC;
+SELECT * EXCLUDE (basis_ord) FROM alignment_by_seed
+ORDER BY basis_ord, seed, family, estimator, delta, direction DESC;
 
 -- name: alignment
 -- Pooled over seeds: rates are sums of counts over sums of measured tokens.
-SELECT family, estimator, direction, update_mask,
+SELECT basis, family, estimator, delta, direction, update_mask,
        count(*) AS n_seeds,
        CAST(sum(n_out_of_region) AS BIGINT) AS n_out_of_region,
        CAST(sum(n_disagree) AS BIGINT) AS n_disagree,
@@ -36,26 +36,49 @@ SELECT family, estimator, direction, update_mask,
        sum(n_unsafe) / nullif(sum(n_measured), 0) AS unsafe_keep_rate,
        sum(n_corrective) / nullif(sum(n_measured), 0) AS corrective_rate
 FROM alignment_by_seed
-GROUP BY family, estimator, direction, update_mask
-ORDER BY family, estimator, direction DESC;
+GROUP BY basis, family, estimator, delta, direction, update_mask
+ORDER BY min(basis_ord), family, estimator, delta, direction DESC;
 
 -- name: seed_rates
-SELECT * FROM seed_wins ORDER BY family, estimator, seed;
+SELECT * EXCLUDE (basis_ord) FROM seed_wins
+ORDER BY basis_ord, family, estimator, delta, seed;
+
+-- name: cluster_counts
+SELECT * FROM cluster_counts
+ORDER BY basis, family, estimator, delta, sample_id, seed, direction;
+
+-- name: n_samples
+-- Distinct samples of the run: the clusters of the bootstrap (with or without tokens in
+-- the disagreement set).
+SELECT count(DISTINCT sample_id) AS n FROM tokens;
+
+-- name: shared_samples
+-- Samples whose tokens are in more than one seed (seeds that overlap are not independent).
+SELECT count(*) AS n FROM (
+    SELECT sample_id FROM tokens WHERE seed IS NOT NULL
+    GROUP BY sample_id HAVING count(DISTINCT seed) > 1
+);
+
+-- name: behavior_fidelity
+SELECT * FROM behavior_fidelity($unit_roundoff);
 
 -- name: sign_accuracy
-SELECT family, predictor,
+SELECT basis, family, delta, predictor,
        CAST(sum(n_tokens) AS BIGINT) AS n_tokens,
        CAST(sum(n_correct) AS BIGINT) AS n_correct,
        sum(n_correct) / sum(n_tokens) AS accuracy
 FROM sign_accuracy
-GROUP BY family, predictor
-ORDER BY family, min(ord);
+GROUP BY basis, family, delta, predictor
+ORDER BY min(basis_ord), family, delta, min(ord);
 
 -- name: sign_accuracy_by_seed
-SELECT * EXCLUDE (ord) FROM sign_accuracy ORDER BY seed, family, ord;
+SELECT * EXCLUDE (ord, basis_ord) FROM sign_accuracy
+ORDER BY basis_ord, seed, family, delta, ord;
 
 -- name: estimator_accuracy
-SELECT * FROM estimator_accuracy ORDER BY family, estimator, scope;
+SELECT * FROM estimator_accuracy
+ORDER BY family, estimator, CASE scope WHEN 'all' THEN 0 WHEN 'out_of_region' THEN 1
+                                       ELSE 2 END, delta NULLS FIRST;
 
 -- name: log_health
 SELECT * FROM log_health;
@@ -67,8 +90,8 @@ ORDER BY hash(seed, sample_id, pos), seed, sample_id, pos
 LIMIT $limit;
 
 -- name: kept_deltas
-SELECT seed, family, estimator, kept_by,
-       CASE kept_by WHEN 'ratio' THEN ratio_mask ELSE predictive_mask END AS update_mask,
+SELECT seed, family, estimator, delta, kept_by,
+       CASE kept_by WHEN 'ratio' THEN ratio_update ELSE predictive_update END AS update_mask,
        delta_d_kept
 FROM disagreements
 WHERE delta_d_kept IS NOT NULL

@@ -6,22 +6,15 @@
 -- uncertain, and how often each slope estimate lies inside the feasible interval
 -- [dkl_lo, dkl_hi] (exact: up to $tol, as logged µ are rounded by the engine).
 WITH o AS (
-    SELECT seed, sample_id, pos, direction_certified AS cert, dkl_lo, dkl_hi, dkl_agg,
-           dkl_uniform, dkl_exact
+    SELECT direction_certified AS cert, dkl_lo, dkl_hi, dkl_agg, dkl_uniform, dkl_exact,
+           keep_dppo_topk_kl <> keep_pdm_kl_agg AS dis_agg,
+           keep_dppo_topk_kl <> keep_pdm_kl_uniform AS dis_uniform
     FROM tokens
     WHERE kl_topk > getvariable('report_run').delta_kl AND direction_certified IS NOT NULL
-), dis AS (  -- the KL pairs of the registry (mask_pairs), through direction_pairs
-    SELECT d.seed, d.sample_id, d.pos, d.estimator, min(p.ord) AS ord
-    FROM direction_pairs AS d
-    JOIN mask_pairs AS p USING (ratio_mask, predictive_mask)
-    WHERE d.family = 'kl' AND d.keep_ratio <> d.keep_predictive
-    GROUP BY d.seed, d.sample_id, d.pos, d.estimator
 ), scoped AS (
-    SELECT 'out_of_region' AS scope, -1 AS ord, o.* FROM o
-    UNION ALL
-    SELECT 'disagreement_' || d.estimator, d.ord, o.*
-    FROM o JOIN dis AS d
-      ON d.seed IS NOT DISTINCT FROM o.seed AND d.sample_id = o.sample_id AND d.pos = o.pos
+    SELECT 'out_of_region' AS scope, 1 AS ord, * FROM o
+    UNION ALL SELECT 'disagreement_agg', 2, * FROM o WHERE dis_agg
+    UNION ALL SELECT 'disagreement_uniform', 3, * FROM o WHERE dis_uniform
 )
 SELECT scope,
        count(*) AS n_tokens,

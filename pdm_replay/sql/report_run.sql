@@ -11,5 +11,6 @@ SET VARIABLE report_run = {
     'eps_high': $eps_high,
     'delta_kl': $delta_kl,
     'delta_tv': $delta_tv,
-    'thresholds_source': $thresholds_source
+    'thresholds_source': $thresholds_source,
+    'step': $step
 };

@@ -16,24 +16,16 @@
 
 -- Out-of-region KL tokens with a gradient (A <> 0), under every update that kept them and
 -- whose attribution was computed.
--- disagreement: the two masks of some KL pair of the registry decide differently.
 CREATE OR REPLACE VIEW attribution_tokens AS
-WITH dis AS (
-    SELECT seed, sample_id, pos, bool_or(keep_ratio <> keep_predictive) AS disagreement
-    FROM direction_pairs
-    WHERE family = 'kl'
-    GROUP BY seed, sample_id, pos
-)
 SELECT t.seed, t.sample_id, t.pos, u.update_mask,
-       coalesce(d.disagreement, false) AS disagreement,
+       coalesce(t.keep_dppo_topk_kl <> t.keep_pdm_kl_agg, false)
+           OR coalesce(t.keep_dppo_topk_kl <> t.keep_pdm_kl_uniform, false) AS disagreement,
        t.advantage, t.ratio, t.kl_topk AS d_pre, t.dkl_agg, t.dkl_uniform, t.dkl_exact,
        u.delta_kl_topk AS delta_d, u.delta_kl_lin AS lin, u.delta_kl_curv AS curv,
        u.delta_kl_self AS self_term, u.delta_kl_cross AS cross_term
 FROM tokens AS t
 JOIN updates AS u
   ON u.seed = t.seed AND u.sample_id = t.sample_id AND u.pos = t.pos
-LEFT JOIN dis AS d
-  ON d.seed IS NOT DISTINCT FROM t.seed AND d.sample_id = t.sample_id AND d.pos = t.pos
 WHERE t.kl_topk > getvariable('report_run').delta_kl
   AND t.advantage <> 0
   AND u.kept

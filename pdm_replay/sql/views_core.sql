@@ -1,14 +1,10 @@
 -- Core views: settings, seeds, the out-of-region set and the ratio/predictive decision pairs.
--- The pairs are the registry's (table mask_pairs, from pdm_replay.masks.mask_pairs): a
--- ratio-direction and a predictive-direction mask of one family's proximity test
--- f_topk > delta_f (SPEC §4), so any difference between them is a difference of direction
--- criterion. No mask is named here: their keep_<mask> columns are read through mask_pairs.
-
--- The keep columns of every registry pair (tokens has all of them: tokens_template).
-SET VARIABLE pair_keep_columns = (
-    SELECT list(DISTINCT c ORDER BY c)
-    FROM (SELECT ratio_keep AS c FROM mask_pairs UNION ALL
-          SELECT predictive_keep FROM mask_pairs));
+-- `comparisons` (registered from pdm_replay.report.comparisons) lists every registered
+-- (ratio, predictive) pair of a family f at each threshold delta analysed: both share the
+-- proximity test f_topk > delta, so any difference between them is one of direction.
+-- Decisions are re-derived from stored columns (the registry's rule,
+-- pdm_replay.math.mask_ops.away: masked iff outside and sign(A) * slope > 0), so they exist at any delta, not only at the
+-- thresholds the keep_<mask> columns were written at.
 
 CREATE OR REPLACE VIEW settings AS
 SELECT getvariable('report_run').kind AS kind,
@@ -22,58 +18,44 @@ SELECT getvariable('report_run').kind AS kind,
 CREATE OR REPLACE VIEW seeds AS
 SELECT DISTINCT seed FROM tokens;
 
--- One row per (family, token) with D_pre > delta. d_local is the local term of the KL slope
--- (pi_k - mu_k); the TV slope has no separate local column.
-CREATE OR REPLACE VIEW out_of_region AS
-SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-       logp_behavior, logp_train,
-       kl_topk AS d_pre, getvariable('report_run').delta_kl AS delta,
-       dkl_local AS d_local, dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact,
-       COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
-FROM tokens
-WHERE kl_topk > getvariable('report_run').delta_kl
-UNION ALL
-SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-       logp_behavior, logp_train,
-       tv_topk AS d_pre, getvariable('report_run').delta_tv AS delta,
-       CAST(NULL AS DOUBLE) AS d_local, dtv_agg AS d_agg, dtv_uniform AS d_uniform,
-       CAST(NULL AS DOUBLE) AS d_exact,
-       COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
-FROM tokens
-WHERE tv_topk > getvariable('report_run').delta_tv;
+-- "Moves away" as torch decides it: NaN compares false there (DuckDB orders NaN above
+-- every number, so it is excluded explicitly); A = 0 gives 0, never away.
+CREATE OR REPLACE MACRO moves_away(a, slope) AS
+    coalesce(NOT isnan(sign(a) * slope) AND sign(a) * slope > 0, false);
 
--- Out-of-region tokens x registry pair of their family, where the run holds both masks:
--- the pair's two keep columns unpivoted to rows, then the pair's two decisions side by side.
+-- One row per (family, delta, token) with D_pre > delta. d_local is the local term of the
+-- KL slope (pi_k - mu_k); the TV slope has no separate local column.
+CREATE OR REPLACE VIEW out_of_region AS
+WITH t AS (
+    SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
+           logp_behavior, logp_train, kl_topk AS d_pre, dkl_local AS d_local,
+           dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact
+    FROM tokens
+    WHERE NOT isnan(kl_topk)
+      AND kl_topk > (SELECT min(delta) FROM comparisons WHERE family = 'kl')
+    UNION ALL
+    SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
+           logp_behavior, logp_train, tv_topk AS d_pre, CAST(NULL AS DOUBLE) AS d_local,
+           dtv_agg AS d_agg, dtv_uniform AS d_uniform, CAST(NULL AS DOUBLE) AS d_exact
+    FROM tokens
+    WHERE NOT isnan(tv_topk)
+      AND tv_topk > (SELECT min(delta) FROM comparisons WHERE family = 'tv')
+),
+fd AS (SELECT DISTINCT family, delta FROM comparisons)
+SELECT t.family, t.seed, t.sample_id, t.pos, t.step, t.token_id, t.advantage, t.ratio,
+       t.logp_behavior, t.logp_train, t.d_pre, fd.delta, t.d_local, t.d_agg, t.d_uniform,
+       t.d_exact, moves_away(t.advantage, t.ratio - 1) AS away_ratio
+FROM t
+JOIN fd ON fd.family = t.family AND t.d_pre > fd.delta;
+
+-- Out-of-region tokens x each comparison of their family and delta: both masks' decisions
+-- (in the region nothing is masked, so keep = NOT away).
 CREATE OR REPLACE VIEW direction_pairs AS
-WITH k AS (
-    UNPIVOT (SELECT family, seed, sample_id, pos,
-                    COLUMNS(lambda c: list_contains(getvariable('pair_keep_columns'), c))
-             FROM out_of_region)
-    ON COLUMNS('^keep_') INTO NAME keep_column VALUE keep
-),
-pk AS (
-    SELECT k.family, k.seed, k.sample_id, k.pos, p.ord, p.estimator, p.ratio_mask,
-           p.predictive_mask,
-           any_value(k.keep) FILTER (WHERE k.keep_column = p.ratio_keep) AS keep_ratio,
-           any_value(k.keep) FILTER (WHERE k.keep_column = p.predictive_keep)
-               AS keep_predictive
-    FROM k
-    JOIN mask_pairs AS p
-      ON p.family = k.family AND k.keep_column IN (p.ratio_keep, p.predictive_keep)
-    GROUP BY k.family, k.seed, k.sample_id, k.pos, p.ord, p.estimator, p.ratio_mask,
-             p.predictive_mask
-),
-b AS (
-    SELECT COLUMNS(lambda c: NOT list_contains(getvariable('pair_keep_columns'), c))
-    FROM out_of_region
-)
-SELECT b.* EXCLUDE (d_agg, d_uniform), pk.keep_ratio, pk.estimator, pk.ratio_mask,
-       pk.predictive_mask,
-       CASE pk.estimator WHEN 'agg' THEN b.d_agg WHEN 'uniform' THEN b.d_uniform END
-           AS d_predictive,
-       pk.keep_predictive
-FROM b
-JOIN pk
-  ON pk.family = b.family AND pk.seed IS NOT DISTINCT FROM b.seed
- AND pk.sample_id = b.sample_id AND pk.pos = b.pos
-WHERE pk.keep_ratio IS NOT NULL AND pk.keep_predictive IS NOT NULL;
+SELECT o.* EXCLUDE (d_agg, d_uniform, away_ratio),
+       c.estimator, c.ratio_mask, c.predictive_mask, c.ratio_update, c.predictive_update,
+       CASE c.estimator WHEN 'agg' THEN o.d_agg ELSE o.d_uniform END AS d_predictive,
+       NOT o.away_ratio AS keep_ratio,
+       NOT moves_away(o.advantage, CASE c.estimator WHEN 'agg' THEN o.d_agg
+                                                    ELSE o.d_uniform END) AS keep_predictive
+FROM out_of_region AS o
+JOIN comparisons AS c ON c.family = o.family AND c.delta = o.delta;

@@ -16,18 +16,22 @@ WITH counts AS (
         GROUP BY seed
     ) ON COLUMNS('^keep_') INTO NAME keep_column VALUE n_kept
 )
+-- A sweep variant <mask>@<value> (table mask_variants) takes its mask's labels; its
+-- out-of-region count is left NULL (the counts above are at the primary thresholds).
 SELECT c.seed,
-       coalesce(m.name, substr(c.keep_column, 6)) AS mask,
+       substr(c.keep_column, 6) AS mask,
        m.family, m.direction, m.estimator,
        c.n_tokens,
        CAST(c.n_kept AS BIGINT) AS n_kept,
        CAST(c.n_tokens - c.n_kept AS BIGINT) AS n_masked,
        c.n_kept / c.n_tokens AS keep_fraction,
-       CASE m.family WHEN 'kl' THEN c.n_out_of_region_kl
-                     WHEN 'tv' THEN c.n_out_of_region_tv END AS n_out_of_region,
+       CASE WHEN v.name IS NOT NULL THEN NULL
+            WHEN m.family = 'kl' THEN c.n_out_of_region_kl
+            WHEN m.family = 'tv' THEN c.n_out_of_region_tv END AS n_out_of_region,
        m.ord
 FROM counts AS c
-LEFT JOIN masks AS m ON c.keep_column = 'keep_' || m.name;
+LEFT JOIN mask_variants AS v ON c.keep_column = 'keep_' || v.name
+LEFT JOIN masks AS m ON m.name = coalesce(v.mask, substr(c.keep_column, 6));
 
 CREATE OR REPLACE VIEW mask_summary AS
 SELECT mask, family, direction, estimator,

@@ -34,7 +34,8 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
             "Mask summary"} <= {s.value for s in at.subheader}
     assert {m.label for m in at.metric} >= {"Kind", "Status", "Seeds", "Tokens"}
     headline = at.dataframe[0].value
-    assert {"family", "estimator", "unsafe_keep_ratio", "unsafe_keep_predictive"} <= set(headline)
+    assert {"basis", "family", "estimator", "delta", "unsafe_ratio_pooled",
+            "unsafe_predictive_seed_mean", "empty_seeds"} <= set(headline)
     assert len(at.get("vega_lite_chart")) == 1
     masks = at.dataframe[1].value
     assert "none" in set(masks["mask"]) and (masks["keep_fraction"] <= 1).all()
@@ -125,6 +126,9 @@ def test_estimators_page(app_for, run_dir: Path) -> None:
     assert_clean(at)
     accuracy = at.dataframe[0].value
     assert set(accuracy["estimator"]) == {"agg", "uniform"}
+    assert {"all", "out_of_region", "disagreement"} <= set(accuracy["scope"])
+    # the synthetic run has exact slopes but no logged-vs-reloaded µ gap columns
+    assert any("logged-vs-reloaded µ gap" in i.value for i in at.info)
     assert len(at.get("vega_lite_chart")) == 1
     at.select_slider(key="est_limit").set_value(1000).run()
     assert any(c.value.startswith("1,000 tokens") or "tokens (fixed" in c.value

@@ -185,3 +185,19 @@ def test_behavior_fidelity_gaps(actual_run, replay_log, behaviour_dir):
     fid = actual_run.manifest["behavior_fidelity"]
     assert fid["dtype"] == "float32" and fid["unit_roundoff"] == 2.0 ** -24
     assert fid["gap_k"]["max"] >= max(gaps)  # pooled over both seeds
+
+
+def test_report_of_an_actual_run_shows_it_first_with_mu_fidelity(actual_run) -> None:
+    from pdm_replay.report.build import build_report
+    from pdm_replay.report.db import connect
+    # only `none` was simulated: the own-update basis is absent, `actual` leads
+    bases = [r["basis"] for r in actual_run.summary]
+    assert bases and bases[0] == "actual" and set(bases) == {"actual", "none"}
+    with connect(actual_run.run_dir) as db:
+        report = build_report(db, bootstrap_samples=50)
+    assert report.headline["basis"][0] == "actual"
+    fid = {r["scope"]: r for r in report.behavior_fidelity.to_dicts()}
+    assert fid["all"]["n_tokens"] == actual_run.manifest["tokens"]
+    assert 0.0 <= fid["all"]["within_one_rounding"] <= 1.0
+    assert "disagreement" in set(report.estimator_accuracy["scope"])
+    assert "actual" in set(report.sign_accuracy["basis"])

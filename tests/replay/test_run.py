@@ -73,7 +73,8 @@ def test_layout_manifest_and_tables(exact_run, replay_log, model_dir):
         assert upd.schema.equals(UPDATES_V1, check_metadata=False)
         assert upd.num_rows == tok.num_rows * len(DEFAULT_UPDATE_MASKS)
         assert upd["kl_exact_post"].null_count == 0
-    assert [a.family for a in exact_run.summary] == ["kl", "kl", "tv", "tv"]
+    assert [(a["basis"], a["family"]) for a in exact_run.summary] == [
+        (b, f) for b in ("own", "none") for f in ("kl", "kl", "tv", "tv")]
 
 
 def test_updates_consistent_with_tokens(exact_run):

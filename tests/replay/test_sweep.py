@@ -77,5 +77,13 @@ def test_two_delta_run_equals_one_delta_runs(tmp_path, replay_log, model_dir):
         assert "keep_pdm_kl_agg" not in tok.column_names
         assert json.loads(footer[b"pdm_replay.mask_variants"])["dppo_topk_kl@0.05"] == {
             "mask": "dppo_topk_kl", "delta_kl": 0.05}
-    # the run's summary is taken at the primary (first) value
-    assert both.summary == one[0.05].summary
+    # the summary (the report's headline) groups the sweep by δ: its rows at each δ are
+    # the one-δ run's rows, the own updates named by their variants
+    own = {r["delta"]: r["ratio_update"] for r in both.summary if r["basis"] == "own"}
+    assert own == {0.05: "dppo_topk_kl@0.05", 0.15: "dppo_topk_kl@0.15"}
+    names = ("ratio_update", "predictive_update")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in names}  # noqa: E731
+                          for r in rows]
+    for d, run in one.items():
+        mine = strip(r for r in both.summary if r["delta"] == d)
+        assert mine and mine == strip(run.summary)

@@ -10,14 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
+from pdm_replay.report.headline import SCHEMA as HEADLINE_SCHEMA
 from pdm_replay.report.synthetic import write_synthetic_run
 
 runner = CliRunner()
-HEADLINE_FIELDS = {"family", "estimator", "ratio_mask", "predictive_mask", "n_seeds",
-                   "out_of_region_per_seed", "disagreement_per_seed", "unsafe_keep_ratio",
-                   "unsafe_keep_predictive", "corrective_ratio", "corrective_predictive",
-                   "wins", "seeds_compared", "sign_test_p", "wilcoxon_p", "mean_unsafe_diff",
-                   "ci_low", "ci_high"}
+HEADLINE_FIELDS = set(HEADLINE_SCHEMA)
 
 
 def invoke(*args: str):
@@ -31,10 +28,13 @@ def test_report_json_has_the_headline_fields(hand_run: Path) -> None:
     doc = json.loads(result.stdout)
     assert {r["family"] + "/" + r["estimator"] for r in doc["headline"]} == \
         {"kl/agg", "kl/uniform", "tv/agg"}
+    assert [r["basis"] for r in doc["headline"]] == ["own"] * 3 + ["none"] * 3
     kl = next(r for r in doc["headline"] if (r["family"], r["estimator"]) == ("kl", "agg"))
     assert set(kl) == HEADLINE_FIELDS
-    assert (kl["wins"], kl["seeds_compared"], kl["unsafe_keep_ratio"]) == \
+    # own updates, kl/agg ratio-kept tokens: seed 1 {+0.02, -0.01}, seed 2 {+0.05}
+    assert (kl["wins"], kl["seeds_compared"], kl["unsafe_ratio_pooled"]) == \
         (2, 2, pytest.approx(2 / 3))
+    assert kl["unsafe_ratio_seed_mean"] == pytest.approx((1 / 2 + 1) / 2)
     assert doc["thresholds"]["delta_kl"] == 0.1 and doc["kind"] == "replay"
     assert doc["log_health"]["n_mass_overflow"] == 1
     assert any("tv/uniform" in n for n in doc["notes"])
@@ -47,7 +47,7 @@ def test_report_on_a_synthetic_run_with_exact_columns(tmp_path: Path) -> None:
     result = invoke("report", run, "-f", "json", "--out", out)
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert len(doc["headline"]) == 4 and all(set(r) == HEADLINE_FIELDS for r in doc["headline"])
+    assert len(doc["headline"]) == 8 and all(set(r) == HEADLINE_FIELDS for r in doc["headline"])
     assert all(r["n_seeds"] == 4 for r in doc["headline"])
     assert {r["estimator"] for r in doc["estimator_accuracy"]} == {"agg", "uniform"}
     assert "predictive_exact" in {r["predictor"] for r in doc["sign_accuracy"]}
@@ -56,8 +56,8 @@ def test_report_on_a_synthetic_run_with_exact_columns(tmp_path: Path) -> None:
 def test_report_markdown_and_table(hand_run: Path) -> None:
     md = invoke("report", hand_run, "--format", "markdown")
     assert md.exit_code == 0, md.output
-    assert "## Direction analysis" in md.stdout and "| kl | agg | 2 |" in md.stdout
-    assert "2 / 2" in md.stdout  # wins
+    assert "## Direction analysis" in md.stdout and "| own | kl | agg | 0.1 | 2 |" in md.stdout
+    assert "| 2 / 0 / 0 / 0 |" in md.stdout  # wins / losses / ties / empty
     table = invoke("report", hand_run)
     assert table.exit_code == 0 and "Mask summary" in table.stdout
 
@@ -79,7 +79,7 @@ def test_report_on_masks_output(hand_masks_file: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["kind"] == "masks"
-    assert all(r["unsafe_keep_ratio"] is None for r in doc["headline"])
+    assert all(r["unsafe_ratio_pooled"] is None for r in doc["headline"])
     assert any("pdm-replay replay" in n for n in doc["notes"])
 
 

@@ -65,10 +65,17 @@ def test_missing_update_rows_are_left_out_and_noted(tmp_path: Path) -> None:
     with connect(write_run(tmp_path / "r", update_masks=masks)) as db:
         row = api.alignment_by_seed(db).filter(
             (pl.col("seed") == 2) & (pl.col("estimator") == "uniform")
-            & (pl.col("direction") == "predictive")).row(0, named=True)
-        assert (row["n_kept"], row["n_measured"], row["unsafe_keep_rate"]) == (2, 0, None)
+            & (pl.col("direction") == "predictive") & (pl.col("basis") == "none")
+        ).row(0, named=True)
+        # the `none` update measures them; their own update (pdm_kl_uniform) was not
+        # simulated, so kl/uniform has no `own` rows
+        assert (row["n_kept"], row["n_measured"], row["unsafe_keep_rate"]) == (2, 2, 0.5)
+        own = api.alignment_by_seed(db).filter(
+            (pl.col("basis") == "own") & (pl.col("estimator") == "uniform")
+            & (pl.col("family") == "kl"))
+        assert own.height == 0
         notes = build_report(db).notes
-    assert any("2 kept disagreement tokens have no updates row" in n for n in notes)
+    assert any("kl/uniform at δ = 0.1: no own-update rates" in n for n in notes)
 
 
 def test_masks_only_file_reports_counts_and_says_what_needs_a_replay(
@@ -81,7 +88,8 @@ def test_masks_only_file_reports_counts_and_says_what_needs_a_replay(
     assert (h[("kl", "agg")]["out_of_region_per_seed"],
             h[("kl", "agg")]["disagreement_per_seed"]) == (8.0, 6.0)
     assert h[("kl", "uniform")]["disagreement_per_seed"] == 4.0
-    assert h[("kl", "agg")]["unsafe_keep_ratio"] is None
+    assert h[("kl", "agg")]["unsafe_ratio_pooled"] is None
+    assert set(report.headline["basis"]) == {"own"}
     assert report.sign_accuracy.height == 0 and report.seed_wins["wins"].sum() == 0
     assert any("no simulated update" in n and "pdm-replay replay" in n for n in report.notes)
     assert any("tv/uniform comparison" in n for n in report.notes)
@@ -104,8 +112,8 @@ def test_masks_only_counts_match_the_masks_command(tmp_path: Path) -> None:
 
 
 def test_sql_pairs_follow_the_mask_registry() -> None:
-    # views_core.sql names masks 'dppo_topk_<f>' and 'pdm_<f>_<e>': check that against the
-    # registry metadata, so a renamed mask breaks this test rather than the report
+    # the report's comparisons (report/comparisons.py) come from comparison_pairs: check its
+    # pairs against the registry metadata, so a renamed mask breaks this test first
     for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
         assert (MASKS[ratio].family, MASKS[ratio].direction) == (family, "ratio")
         assert (MASKS[pred].family, MASKS[pred].direction, MASKS[pred].estimator) == \
@@ -113,25 +121,3 @@ def test_sql_pairs_follow_the_mask_registry() -> None:
         assert (ratio, pred) == (f"dppo_topk_{family}", f"pdm_{family}_{estimator}")
     assert {(f, e) for f, e, _, _ in comparison_pairs(list(MASKS))} == {
         ("kl", "agg"), ("kl", "uniform"), ("tv", "agg"), ("tv", "uniform")}
-
-
-def test_headline_agrees_with_the_replay_end_of_run_summary(tmp_path: Path) -> None:
-    # the replay's own summary (polars, from updates.kept) and the report (DuckDB, from the
-    # tokens' keep columns) are two implementations of SPEC §6: they must agree
-    summary_mod = pytest.importorskip("pdm_replay.replay.summary")
-    from pdm_replay.report.synthetic import write_synthetic_run
-    run = write_synthetic_run(tmp_path / "run", seeds=(0, 1, 2), rows_per_seed=3000)
-    tokens = pl.read_parquet(run / "tokens" / "*" / "*.parquet", hive_partitioning=False)
-    updates = pl.read_parquet(run / "updates" / "*" / "*.parquet", hive_partitioning=False)
-    expected = summary_mod.alignment_summary(tokens, updates, delta_kl=0.15, delta_tv=0.15)
-    with connect(run) as db:
-        got = {r["predictive_mask"]: r for r in api.headline(db).to_dicts()}
-    assert len(expected) == 4
-    for a in expected:
-        r = got[a.predictive_mask]
-        assert r["out_of_region_per_seed"] * r["n_seeds"] == a.out_of_region
-        assert r["disagreement_per_seed"] * r["n_seeds"] == a.disagreement
-        for key in ("unsafe_keep_ratio", "unsafe_keep_predictive", "corrective_ratio",
-                    "corrective_predictive"):
-            assert r[key] == pytest.approx(getattr(a, key))
-        assert (r["wins"], r["seeds_compared"]) == (a.seeds_predictive_lower, a.seeds_compared)

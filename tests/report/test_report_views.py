@@ -75,7 +75,10 @@ def test_disagreements_paging_and_filters(db) -> None:
 
 
 def test_alignment_by_seed(db) -> None:
-    df = api.alignment_by_seed(db)
+    everything = api.alignment_by_seed(db)
+    # bases: each mask's own update, then `none` (no `actual` update in this run)
+    assert everything["basis"].unique(maintain_order=True).to_list() == ["own", "none"]
+    df = everything.filter(pl.col("basis") == "own")
     got = {(r["seed"], r["family"], r["estimator"], r["direction"]):
            (r["n_out_of_region"], r["n_disagree"], r["n_kept"], r["n_measured"], r["n_unsafe"],
             r["n_corrective"], r["unsafe_keep_rate"], r["corrective_rate"])
@@ -107,50 +110,83 @@ def test_alignment_by_seed(db) -> None:
 
 
 def test_seed_rates_and_wins(db) -> None:
-    rates = api.seed_rates(db)
+    rates = api.seed_rates(db).filter(pl.col("basis") == "own")
+    # seed 1 kl/uniform: the uniform mask kept nothing measured -> 'empty', not dropped
     assert _rows(rates.filter(pl.col("family") == "kl"), "estimator", "seed", "unsafe_diff",
                  "outcome") == [("agg", 1, 0.5, "win"), ("agg", 2, 0.5, "win"),
-                                ("uniform", 1, None, None), ("uniform", 2, 1.0, "win")]
-    wins = {(r["family"], r["estimator"]): r for r in api.seed_wins(db).to_dicts()}
+                                ("uniform", 1, None, "empty"), ("uniform", 2, 1.0, "win")]
+    wins = {(r["family"], r["estimator"]): r for r in api.seed_wins(db).to_dicts()
+            if r["basis"] == "own"}
     agg = wins[("kl", "agg")]
     # 2 wins of 2: sign p = 2 * 1/4; Wilcoxon on [0.5, 0.5] (tied): 2 of 4 sign flips
-    # reach W+ = 3 on one side -> p = 2 * 1/4; every bootstrap mean is 0.5
-    assert (agg["wins"], agg["losses"], agg["ties"], agg["seeds_compared"]) == (2, 0, 0, 2)
-    assert agg["win_seeds"] == [1, 2]
+    # reach W+ = 3 on one side -> p = 2 * 1/4
+    assert (agg["wins"], agg["losses"], agg["ties"], agg["empty_seeds"],
+            agg["seeds_compared"]) == (2, 0, 0, 0, 2)
+    assert agg["win_seeds"] == [1, 2] and agg["seeds_independent"]
     assert agg["sign_test_p"] == pytest.approx(0.5)
     assert agg["wilcoxon_p"] == pytest.approx(0.5)
-    assert (agg["mean_unsafe_diff"], agg["ci_low"], agg["ci_high"]) == (0.5, 0.5, 0.5)
+    # clusters: samples a (seed 1) and b (seed 2). Resampling (a, a) or (b, b) keeps each
+    # seed's rates: pooled diff 1/2 - 0 = 1 - 1/2 = 0.5; (a, b): (1 + 1)/(2 + 1) - (0 + 1)/
+    # (1 + 2) = 1/3. Half the draws each way: the 95% interval is [1/3, 1/2]. The per-seed
+    # mean diff is 0.5 in every draw.
+    assert agg["unsafe_diff_pooled"] == pytest.approx(1 / 3)
+    assert (agg["ci_low"], agg["ci_high"]) == pytest.approx((1 / 3, 0.5))
+    assert (agg["unsafe_diff_seed_mean"], agg["seed_mean_ci_low"],
+            agg["seed_mean_ci_high"]) == pytest.approx((0.5, 0.5, 0.5))
+    assert (agg["bootstrap_resamples"], agg["bootstrap_clusters"]) == (2000, 2)
     uni = wins[("kl", "uniform")]
-    # only seed 2 has both rates: 1 win, sign p = 1, Wilcoxon (n = 1) p = 1
-    assert (uni["wins"], uni["seeds_compared"], uni["sign_test_p"], uni["wilcoxon_p"]) == \
-        (1, 1, 1.0, 1.0)
+    # only seed 2 has both rates: 1 win and 1 empty seed, sign p = 1, Wilcoxon (n = 1) p = 1
+    assert (uni["wins"], uni["empty_seeds"], uni["empty_seed_list"], uni["seeds_compared"],
+            uni["sign_test_p"], uni["wilcoxon_p"]) == (1, 1, [1], 1, 1.0, 1.0)
     tv = wins[("tv", "agg")]
-    assert (tv["seeds_compared"], tv["sign_test_p"], tv["mean_unsafe_diff"]) == (0, None, None)
+    # seed 1: the ratio mask kept no TV disagreement token; seed 2: no TV token out of region
+    assert (tv["seeds_compared"], tv["empty_seeds"], tv["sign_test_p"],
+            tv["unsafe_diff_seed_mean"]) == (0, 2, None, None)
 
 
 def test_headline_pooled(db) -> None:
-    h = {(r["family"], r["estimator"]): r for r in api.headline(db).to_dicts()}
+    h = {(r["family"], r["estimator"]): r for r in api.headline(db).to_dicts()
+         if r["basis"] == "own"}
     assert sorted(h) == [("kl", "agg"), ("kl", "uniform"), ("tv", "agg")]
     agg = h[("kl", "agg")]
     # out of region (5 + 3) / 2, disagreements (3 + 3) / 2; pooled ratio unsafe (1 + 1)/(2 + 1)
     assert (agg["n_seeds"], agg["out_of_region_per_seed"], agg["disagreement_per_seed"]) == \
         (2, 4.0, 3.0)
-    assert agg["unsafe_keep_ratio"] == pytest.approx(2 / 3)
-    assert agg["unsafe_keep_predictive"] == pytest.approx(1 / 3)  # (0 + 1) / (1 + 2)
-    assert agg["corrective_ratio"] == pytest.approx(1 / 3)
-    assert agg["corrective_predictive"] == pytest.approx(2 / 3)
+    assert agg["unsafe_ratio_pooled"] == pytest.approx(2 / 3)
+    assert agg["unsafe_predictive_pooled"] == pytest.approx(1 / 3)  # (0 + 1) / (1 + 2)
+    assert agg["corrective_ratio_pooled"] == pytest.approx(1 / 3)
+    assert agg["corrective_predictive_pooled"] == pytest.approx(2 / 3)
+    # per-seed means: ratio (1/2 + 1/1) / 2, predictive (0/1 + 1/2) / 2
+    assert agg["unsafe_ratio_seed_mean"] == pytest.approx(0.75)
+    assert agg["unsafe_predictive_seed_mean"] == pytest.approx(0.25)
     assert (agg["wins"], agg["seeds_compared"]) == (2, 2)
     uni = h[("kl", "uniform")]
-    assert (uni["disagreement_per_seed"], uni["unsafe_keep_ratio"],
-            uni["unsafe_keep_predictive"], uni["corrective_predictive"]) == (2.0, 1.0, 0.0, 1.0)
+    assert (uni["disagreement_per_seed"], uni["unsafe_ratio_pooled"],
+            uni["unsafe_predictive_pooled"], uni["corrective_predictive_pooled"]) == \
+        (2.0, 1.0, 0.0, 1.0)
+    # seed-mean over the seeds with a rate: ratio seeds 1 (1/1), 2 (1/1); predictive seed 2
+    assert (uni["unsafe_ratio_seed_mean"], uni["unsafe_predictive_seed_mean"]) == (1.0, 0.0)
     tv = h[("tv", "agg")]
-    assert (tv["out_of_region_per_seed"], tv["disagreement_per_seed"], tv["unsafe_keep_ratio"],
-            tv["unsafe_keep_predictive"]) == (1.0, 0.5, None, 1.0)
+    assert (tv["out_of_region_per_seed"], tv["disagreement_per_seed"],
+            tv["unsafe_ratio_pooled"], tv["unsafe_predictive_pooled"]) == (1.0, 0.5, None, 1.0)
+
+
+def test_headline_under_none(db) -> None:
+    h = {(r["family"], r["estimator"]): r for r in api.headline(db).to_dicts()
+         if r["basis"] == "none"}
+    agg = h[("kl", "agg")]
+    # ΔD under `none`: ratio keeps seed 1 {2 (+0.01), 3 (+0.03)}, seed 2 {2 (+0.02)};
+    # agg keeps seed 1 {1 (-0.02)}, seed 2 {0 (+0.01), 1 (-0.01)}
+    assert (agg["ratio_update"], agg["predictive_update"]) == ("none", "none")
+    assert agg["unsafe_ratio_pooled"] == pytest.approx(1.0)
+    assert agg["unsafe_predictive_pooled"] == pytest.approx(1 / 3)
+    assert agg["unsafe_predictive_seed_mean"] == pytest.approx((0 + 1 / 2) / 2)
 
 
 def test_sign_accuracy(db) -> None:
     pooled = {(r["family"], r["predictor"]): (r["n_tokens"], r["n_correct"])
               for r in api.sign_accuracy(db).to_dicts()}
+    assert set(api.sign_accuracy(db)["basis"]) == {"none"}
     # KL, O with A != 0: seed 1 {0,1,2,3} realized (+,-,+,+), seed 2 {0,1,2} (+,-,+)
     # ratio predicts (+,+,-,-) and (+,+,-): 1 + 1 right; agg (+,-,+,+) and (-,-,+): 4 + 2;
     # uniform (+,+,+,-) and (-,-,+): 2 + 2. TV: seed 1 {0, 2}, realized (-,-): ratio (+,-)

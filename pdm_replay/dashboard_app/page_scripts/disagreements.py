@@ -18,7 +18,8 @@ from pdm_replay.report import dashboard_api as dapi
 
 ANY = "any"
 UPDATE_LABELS = {"own": "own update (the mask that kept it)", "ratio": "ratio mask's update",
-                 "predictive": "predictive mask's update", "none": "none (every token kept)"}
+                 "predictive": "predictive mask's update", "none": "none (every token kept)",
+                 "actual": "actual (the trainer's real step)"}
 KEPT_LABELS = {ANY: ANY, "ratio": "kept by ratio, masked by predictive",
                "predictive": "kept by predictive, masked by ratio"}
 ADV_LABELS = {ANY: ANY, 1: "Â > 0", -1: "Â < 0"}
@@ -116,7 +117,7 @@ def _detail_metrics(row: dict, token: dict, updates: pl.DataFrame) -> None:
 def _support_chart(run: RunRef, row: dict, key: dict, token: dict, updates: pl.DataFrame,
                    tok: Any) -> None:
     """Per support token when the run has the per-support lists, else k / rest of S / tail."""
-    masks = [row["ratio_mask"], row["predictive_mask"], "none"]
+    masks = [m for m in (row["ratio_update"], row["predictive_update"], "none", "actual") if m]
     dist = data(run, dapi.support_distribution, **key, update_masks=masks)
     if dist.height:
         ids = dist.filter(pl.col("token_id").is_not_null())

@@ -16,7 +16,7 @@ def render() -> None:
     run = open_page("Estimators", "Top-K estimators of the KL slope Ḋ_KL: aggregated tail "
                     "vs uniform tail vs the exact full-vocabulary slope.")
     info, _ = run_info(run)
-    st.subheader("Accuracy against the exact slope")
+    st.subheader("Accuracy against the exact slope (vs the reloaded µ)")
     accuracy = data(run, api.estimator_accuracy)
     if accuracy.is_empty():
         st.info("This run has no exact slope (`dkl_exact`): replay with "
@@ -24,7 +24,17 @@ def render() -> None:
                 "uniform-tail estimator is plotted against the aggregated one.")
     else:
         st.dataframe(accuracy, hide_index=True, key="est_accuracy")
-    st.subheader("Sign accuracy against the realized ΔD (update `none`)")
+    st.subheader("µ fidelity: logged vs reloaded behaviour log-probs")
+    fidelity = data(run, api.behavior_fidelity)
+    if fidelity.is_empty():
+        st.info("No logged-vs-reloaded µ gap: it needs a replay with `--behavior-checkpoint`.")
+    else:
+        st.dataframe(fidelity, hide_index=True, key="est_fidelity")
+        st.caption("\"Exact\" is the reloaded behaviour checkpoint, not the µ that was "
+                   "sampled from: the accuracy above mixes the tail model's error with this "
+                   "gap. within_one_rounding: share of tokens whose gap is at most one "
+                   "rounding of log µ(k) in the behaviour dtype.")
+    st.subheader("Sign accuracy against the realized ΔD (updates `actual`, `none`)")
     signs = data(run, api.sign_accuracy)
     if signs.is_empty():
         st.info("No realized ΔD: sign accuracy needs a replay.")

@@ -11,11 +11,15 @@ import streamlit as st
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
+from pdm_replay.report.headline import threshold_comparison
 
-HEADLINE_HELP = ("Per (family, estimator): out-of-region and disagreement tokens per seed; "
-                 "unsafe-keep rate = share of kept disagreement tokens whose divergence grew "
-                 "(ΔD > 0) under the keeping mask's own update; corrective = ΔD < 0; wins = "
-                 "seeds where the predictive mask's unsafe-keep rate is lower.")
+HEADLINE_HELP = ("Per update basis (actual: the trainer's real step; own: each mask's own "
+                 "simulated update; none: keep-all) and (family, estimator, δ): out-of-region "
+                 "and disagreement tokens per seed; unsafe-keep rate = share of kept "
+                 "disagreement tokens whose divergence grew (ΔD > 0), pooled (Σ/Σ) and as a "
+                 "per-seed mean; corrective = ΔD < 0; wins / losses / ties / empty = seeds "
+                 "where the predictive mask's unsafe-keep rate is lower / higher / equal / "
+                 "a side kept nothing.")
 
 
 def _manifest(run: RunRef) -> None:
@@ -44,7 +48,12 @@ def render() -> None:
                     "direction criteria compare on the tokens where they disagree.")
     _manifest(run)
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    st.dataframe(data(run, api.headline), hide_index=True, key="headline")
+    head = data(run, api.headline)
+    st.dataframe(head, hide_index=True, key="headline")
+    side = threshold_comparison(head)
+    if side.height:
+        st.subheader("Threshold comparison: every δ side by side")
+        st.dataframe(side, hide_index=True, key="threshold_comparison")
     st.subheader("Unsafe-keep rate per seed")
     rates = data(run, api.seed_rates)
     if rates.filter(pl.col("unsafe_ratio").is_not_null()
