@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
@@ -14,9 +13,10 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          load_mask_modules, parse_mask_params)
-from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
-from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
+
+if TYPE_CHECKING:
+    from pdm_replay.run_masks import MasksSummary
 
 MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
 
@@ -93,6 +93,9 @@ def masks(
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
     logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
     """
+    # Imported when the command runs: torch and the readers are not needed for --help.
+    from pdm_replay.io.reader import count_rows
+    from pdm_replay.run_masks import MasksConfig, run_masks
     try:
         load_mask_modules(mask_module)
         cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
@@ -101,7 +104,7 @@ def masks(
                                                        parse_mask_params(mask_param)),
                           vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
                           threads=threads)
-        total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
+        total = count_rows(log)
         start = time.perf_counter()
         with progress_bar("masks", total, "samples") as bar:
             def tick(rows: int, tokens: int) -> None:

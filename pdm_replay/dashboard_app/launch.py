@@ -24,7 +24,7 @@ from typing import Mapping, NoReturn
 
 from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
                                       ENV_TOKENIZER)
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
 
@@ -43,6 +43,25 @@ class DashboardConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
             raise ValueError(f"--port {self.port}: must be in 1..65535")
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def exposure_warning(cfg: DashboardConfig) -> str | None:
+    """A warning when ``cfg.host`` serves more than this machine (None for loopback).
+
+    >>> exposure_warning(DashboardConfig(run=Path("r"), host="0.0.0.0"))[:39]
+    'the dashboard has no authentication: 0.'
+    >>> exposure_warning(DashboardConfig(run=Path("r"))) is None
+    True
+    """
+    if cfg.host in LOOPBACK or cfg.host.startswith("127."):
+        return None
+    return (f"the dashboard has no authentication: {cfg.host}:{cfg.port} shows this run's "
+            "data (token text included) to anyone who can reach the port; keep the default "
+            "--host 127.0.0.1 and use an SSH tunnel (ssh -L 8501:localhost:8501 HOST), or "
+            "put it behind an authenticating proxy")
 
 
 def streamlit_command(cfg: DashboardConfig) -> list[str]:

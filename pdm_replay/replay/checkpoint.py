@@ -29,9 +29,10 @@ from torch import Tensor, nn
 
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.config import DTYPES as DTYPE_NAMES
 
 Head = Callable[[Tensor], Tensor]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model",
                    "vocab.txt")
@@ -194,8 +195,14 @@ def load_policy(path: Path | str, *, dtype: str = "float32", device: str = "cpu"
             path, dtype=DTYPES[dtype], local_files_only=True,
             trust_remote_code=trust_remote_code,
             use_safetensors=files[0].suffix == ".safetensors")
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path}: transformers could not load it: {exc}") from exc
+    # Local files only: whatever from_pretrained raises means the files are unusable
+    # (torch.load alone raises UnpicklingError, RuntimeError, EOFError, even IndexError on
+    # a file that is not a pickle).
+    except Exception as exc:  # noqa: BLE001
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise CheckpointError(f"{path}: transformers could not load it ({type(exc).__name__}: "
+                              f"{detail}); check the files are a complete save_pretrained "
+                              "checkpoint") from exc
     model.to(device).eval()
     vocab = model.get_output_embeddings().weight.shape[0]
     return Policy(model=model, head=make_head(model), vocab_size=int(vocab), source=path)

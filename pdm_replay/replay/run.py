@@ -36,6 +36,7 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import write_table_atomic
+from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask
 from pdm_replay.math.segments import Segments
@@ -63,7 +64,9 @@ from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_
 from pdm_replay.report.db import connect
 from pdm_replay.report.headline import headline
 from pdm_replay.report.run import discover_run
+from pdm_replay.run_masks import torch_threads
 from pdm_replay.schema import RolloutMeta
+from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
 
@@ -126,11 +129,9 @@ def _now() -> str:
 
 def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     layout = mf.RunLayout(cfg.out)
-    if not cfg.out.exists():
+    if not layout.started():
         return layout
-    if not cfg.resume:
-        raise ValueError(f"{cfg.out}: run directory exists; pass --resume to continue it or "
-                         "choose a new --out")
+    mf.refuse_existing(cfg.out, cfg.resume)
     old = mf.read_manifest(layout)
     before, now = old.get("config", {}), cfg.result_affecting()
     differ = sorted(k for k in set(before) | set(now)
@@ -337,9 +338,31 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary.
 
     Under torchrun every rank calls this with its :class:`~pdm_replay.replay.distributed.Dist`
-    (``init_from_env``); every rank returns rank 0's result.
+    (``init_from_env``); every rank returns rank 0's result. Rank 0 holds the run
+    directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
+    fails at once, naming the holder's PID. A start that fails its checks leaves no
+    directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
+    process may use, shared by the ranks of a CPU job) and gets its previous count back.
     """
+    held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
+    dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
+    failed = True
+    try:
+        processes = dist.world_size if cfg.device == "cpu" else 1
+        choice = choose_threads(cfg.threads, cpu_budget(), processes)
+        with torch_threads(choice.threads):
+            result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
+        failed = False
+        return result
+    finally:
+        for lock in held:
+            lock.release(remove_if_empty=failed)
+
+
+def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
+                dist: Dist, threads: ThreadChoice) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
+    doc["threads"] = {**threads.to_json(), **wait_policy_record()}
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
     layout, t0 = ctx.layout, time.perf_counter()
     if dist.is_main:
