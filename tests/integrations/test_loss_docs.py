@@ -9,7 +9,7 @@ import pytest
 import torch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "loss.md"
-POLICY = Path(__file__).resolve().parents[2] / "sample_data" / "policy"
+POLICY = Path(__file__).resolve().parents[2] / "sample_data" / "checkpoints" / "step_8"
 
 
 def snippet(tag: str) -> dict:
