@@ -1,112 +1,124 @@
 """The mask registry (SPEC §4): one place that names every trust-region mask.
 
-A mask maps :class:`~pdm_replay.math.metrics.TokenStats` to ``keep`` ``(N,)`` bool. A token
-is masked iff it is outside the trust region AND its update is predicted to move further
-away, i.e. ``sign(Â)·slope > 0``; tokens with Â = 0 are always kept.
+A mask is a **proximity criterion × a direction criterion** at token or sequence
+granularity, giving every token a gradient weight ``w`` in the replay's surrogate
+``−Σ_t w_t · r_t · Â_t / N`` (:func:`pdm_replay.loss.policy_loss`): ``w = keep`` ∈ {0, 1}
+for masks, a real stop-gradient weight for importance-sampling corrections (TIS, CISPO,
+MIS). A binary mask drops a token iff it is outside the region AND its update is
+predicted to move further away (``sign(Â)·slope > 0``; direction ``none``: every token
+outside is dropped); tokens with Â = 0 are always kept.
+
+Each :class:`MaskSpec` declares its proximity, direction, estimator, granularity and
+weight kind, so comparisons are *derived* (:func:`mask_pairs`), never spelled by name.
+The built-in masks are registered in :mod:`pdm_replay.mask_catalog`, one
+``register(...)`` line per name; users add theirs from a module of their own
+(:func:`load_mask_module`, ``--mask-module``). This module imports no torch: the
+metadata is plain Python, torch runs only inside the masks
+(:mod:`pdm_replay.mask_kinds`).
 
 Examples
 --------
 >>> from pdm_replay.masks import MASKS, Thresholds, build_masks
 >>> sorted(MASKS)[:3]
-['clip_higher', 'dppo_binary_kl', 'dppo_binary_tv']
+['cispo', 'clip_higher', 'dppo_binary_kl']
 >>> masks = build_masks(["ppo_clip", "pdm_kl_agg"], Thresholds(delta_kl=0.1))
->>> masks["pdm_kl_agg"].delta
+>>> masks["pdm_kl_agg"].high
 0.1
+>>> [(p.base, p.other) for p in mask_pairs(["dppo_topk_kl", "pdm_kl_agg", "ppo_clip"])]
+[('dppo_topk_kl', 'pdm_kl_agg')]
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch only for the type checker: the registry imports without it
     from torch import Tensor
 
     from pdm_replay.math.metrics import TokenStats
+    from pdm_replay.math.segments import Segments
 
-# torch is imported inside the functions that compute, not here: the CLI reads this
-# registry (names, Thresholds defaults) to render `--help`, which must not pay for torch.
-
-Stat = Callable[["TokenStats"], "Tensor"]
+DIRECTIONS = ("none", "ratio", "predictive", "certified", "negative_advantage")
+GRANULARITIES = ("token", "sequence")
+WEIGHTS = ("binary", "is")  # 0/1 keep, or a real importance weight (stop-gradient)
 
 
 class Mask(Protocol):
-    def keep(self, stats: TokenStats) -> Tensor:
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         """``(N,)`` bool: True where the token's gradient is used."""
         ...
 
-
-def decide(outside: Tensor, slope: Tensor, advantage: Tensor) -> Tensor:
-    """Keep unless outside the region and ``sign(Â)·slope > 0`` (moving away). (N,) bool"""
-    import torch
-    away = torch.sign(advantage) * slope > 0  # Â = 0 gives 0: never "away", always kept
-    return ~(outside & away)
-
-
-def _ratio_slope(s: TokenStats) -> Tensor:
-    from pdm_replay.math.direction import ratio_slope
-    return ratio_slope(s.logp_behavior, s.logp_train)  # expm1: exact sign near r = 1
-
-
-@dataclass(frozen=True)
-class RatioClip:
-    """PPO clip (ε_low = ε_high) and clip-higher: region ``1−ε_low ≤ r ≤ 1+ε_high``."""
-
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-
-    def keep(self, stats: TokenStats) -> Tensor:
-        import torch
-        a, r = stats.advantage, stats.ratio
-        outside = torch.where(a > 0, r > 1.0 + self.eps_high, r < 1.0 - self.eps_low)
-        return decide(outside, _ratio_slope(stats), a)
-
-
-@dataclass(frozen=True)
-class DivergenceMask:
-    """Outside iff ``proximity > delta``; direction from the sign of ``slope``."""
-
-    proximity: Stat
-    slope: Stat
-    delta: float
-
-    def keep(self, stats: TokenStats) -> Tensor:
-        return decide(self.proximity(stats) > self.delta, self.slope(stats), stats.advantage)
-
-
-@dataclass(frozen=True)
-class KeepAll:
-    """The reference update: every token kept."""
-
-    def keep(self, stats: TokenStats) -> Tensor:
-        import torch
-        return torch.ones_like(stats.advantage, dtype=torch.bool)
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        """``(N,)`` float64 ``w`` of the surrogate ``−Σ w·r·Â / N`` (``keep`` for masks)."""
+        ...
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every mask parameter, with SPEC defaults; maps 1:1 to the CLI options."""
+    """Every mask parameter (flat, typed). CLI: ``--eps``, ``--eps-low``, ``--eps-high``,
+    ``--delta-kl``, ``--delta-tv``, ``--clip-ratio-c``; every other field
+    ``--mask-param FIELD=VALUE``.
+
+    Defaults are those of the trainer or paper that made each mask popular (the mask
+    table in the README says which): SPEC §4 for the paper's masks, verl 0.9's
+    ``ActorConfig`` / ``RolloutCorrectionConfig`` presets for the rest.
+    """
 
     eps: float = 0.2
     eps_low: float = 0.2
     eps_high: float = 0.28
     delta_kl: float = 0.15
     delta_tv: float = 0.15
+    clip_ratio_c: float = 0.0  # dual-clip c of ppo_clip / clip_higher; 0 = off
+    gspo_eps_low: float = 3e-4  # GSPO paper §5.1 / verl's GSPO recipe
+    gspo_eps_high: float = 4e-4
+    cispo_eps_low: float = 0.2  # verl's ActorConfig clip_ratio_low/high, read by its cispo
+    cispo_eps_high: float = 0.2
+    tis_cap: float = 2.0  # verl RolloutCorrectionConfig.rollout_is_threshold
+    icepop_low: float = 0.5  # verl RolloutCorrectionConfig.decoupled_token_icepop
+    icepop_high: float = 5.0
+    mis_low: float = 0.5  # verl decoupled_seq_is_rs's "0.5_2.0"
+    mis_high: float = 2.0
+    rs_k1: float = 2.0  # rollout_rs k1 options: keep iff log(1/C) <= k1 stat <= log C
+    rs_seq_mean_k1: float = 1.001  # verl decoupled_geo_rs "0.999_1.001"
+    rs_k2: float = 0.01  # token / seq_sum / seq_max k2 upper bound
+    rs_k3: float = 0.01  # verl decoupled_k3_rs (seq_mean_k3 0.01), every k3 option
+    dsv32_delta: float = 0.5  # DeepSeek-V3.2 off-policy sequence masking δ (TRL's example)
 
 
 @dataclass(frozen=True)
 class MaskSpec:
-    """A registered mask: how to build it, and labels the reports group by."""
+    """A registered mask: how to build it, and what the comparisons are derived from."""
 
     name: str
     build: Callable[[Thresholds], Mask]
-    family: str | None  # "kl" | "tv" | None: which divergence's region it guards
-    direction: str  # "ratio" | "predictive" | "none"
-    estimator: str | None  # "agg" | "uniform" | None
+    family: str | None  # "kl" | "tv" | None: which divergence's alignment it enters
+    direction: str  # one of DIRECTIONS
+    estimator: str | None  # "agg" | "uniform" | None: the predictive slope's tail model
     doc: str
     # The Thresholds fields the mask reads (a threshold sweep varies only these).
     thresholds: tuple[str, ...] = ()
+    proximity: str = ""  # the region test; masks sharing it differ only in direction
+    granularity: str = "token"  # one of GRANULARITIES
+    weight: str = "binary"  # one of WEIGHTS
+    source: str = ""  # file and function of the reference implementation
+    reproduces: str = ""  # the trainer default this mask reproduces, if any
+
+    def __post_init__(self) -> None:
+        for field, value, allowed in (("direction", self.direction, DIRECTIONS),
+                                      ("granularity", self.granularity, GRANULARITIES),
+                                      ("weight", self.weight, WEIGHTS)):
+            if value not in allowed:
+                raise ValueError(f"mask {self.name!r}: {field} {value!r}, expected one of "
+                                 f"{', '.join(allowed)}")
+        unknown = [f for f in self.thresholds if f not in Thresholds.__dataclass_fields__]
+        if unknown:
+            raise ValueError(f"mask {self.name!r} reads unknown Thresholds field(s) "
+                             f"{', '.join(unknown)}")
 
 
 MASKS: dict[str, MaskSpec] = {}
@@ -120,43 +132,41 @@ def register(spec: MaskSpec) -> MaskSpec:
     return spec
 
 
-def _div(prox: str, slope: Stat, delta: str) -> Callable:
-    """Builder of a divergence mask whose δ is the Thresholds field ``delta``."""
-    return lambda t: DivergenceMask(attrgetter(prox), slope, getattr(t, delta))
+@dataclass(frozen=True)
+class MaskPair:
+    """Two masks of one proximity criterion that differ only in direction: ``base`` the
+    ratio direction, ``other`` the predictive one (``estimator`` its tail model)."""
+
+    proximity: str
+    family: str | None
+    estimator: str | None
+    base: str
+    other: str
 
 
-register(MaskSpec("none", lambda t: KeepAll(), None, "none", None, "keep every token"))
-register(MaskSpec("ppo_clip", lambda t: RatioClip(t.eps, t.eps), None, "ratio", None,
-                  "PPO clip: r outside [1-eps, 1+eps], ratio direction", ("eps",)))
-register(MaskSpec("clip_higher", lambda t: RatioClip(t.eps_low, t.eps_high), None, "ratio",
-                  None, "decoupled clip (DAPO): r outside [1-eps_low, 1+eps_high]",
-                  ("eps_low", "eps_high")))
-for _fam in ("kl", "tv"):
-    _delta = f"delta_{_fam}"
-    _reads = (_delta,)
-    register(MaskSpec(f"dppo_binary_{_fam}", _div(f"{_fam}_binary", _ratio_slope, _delta),
-                      _fam, "ratio", None, f"binary {_fam.upper()} > delta, ratio direction",
-                      _reads))
-    register(MaskSpec(f"dppo_topk_{_fam}", _div(f"{_fam}_topk", _ratio_slope, _delta),
-                      _fam, "ratio", None, f"top-K {_fam.upper()} > delta, ratio direction",
-                      _reads))
-    for _est in ("agg", "uniform"):
-        register(MaskSpec(f"pdm_{_fam}_{_est}",
-                          _div(f"{_fam}_topk", attrgetter(f"d{_fam}_{_est}"), _delta),
-                          _fam, "predictive", _est,
-                          f"top-K {_fam.upper()} > delta, predictive direction ({_est} tail)",
-                          _reads))
+def mask_pairs(names: Iterable[str] | None = None) -> list[MaskPair]:
+    """Every (ratio, predictive) pair of the named masks (``None`` = all) that share a
+    proximity criterion and granularity, in registry order of the predictive mask."""
+    specs = [MASKS[n] for n in resolve_names(names)]
+    out = []
+    for other in specs:
+        if other.direction != "predictive" or not other.proximity:
+            continue
+        out.extend(MaskPair(other.proximity, other.family, other.estimator, base.name,
+                            other.name)
+                   for base in specs if base.direction == "ratio"
+                   and (base.proximity, base.granularity) == (other.proximity,
+                                                              other.granularity))
+    return out
 
 
-def _certified_slope(s: TokenStats) -> Tensor:
-    import torch
-    return s.direction_certified * torch.sign(s.advantage)
-
-
-register(MaskSpec("pdm_kl_certified", _div("kl_topk", _certified_slope, "delta_kl"),
-                  "kl", "certified", None,
-                  "top-K KL > delta, masked only where the sign certificate proves 'away'",
-                  ("delta_kl",)))
+def comparison_pairs(names: Iterable[str] | None = None
+                     ) -> list[tuple[str, str | None, str, str]]:
+    """``(family, estimator, ratio_mask, predictive_mask)`` of the registry's
+    :func:`~pdm_replay.masks.mask_pairs` among ``names`` that enter a divergence family's
+    alignment statistics (the predictive mask declares the family)."""
+    return [(p.family, p.estimator, p.base, p.other) for p in mask_pairs(names)
+            if p.family is not None]
 
 
 def resolve_names(names: Iterable[str] | None) -> list[str]:
@@ -175,6 +185,40 @@ def build_masks(names: Iterable[str] | None, thresholds: Thresholds) -> dict[str
     return {n: MASKS[n].build(thresholds) for n in resolve_names(names)}
 
 
-def apply_masks(masks: dict[str, Mask], stats: TokenStats) -> dict[str, Tensor]:
-    """Each mask's ``keep`` (N,) bool on ``stats``."""
-    return {name: mask.keep(stats) for name, mask in masks.items()}
+def apply_masks(masks: dict[str, Mask], stats: "TokenStats",
+                seqs: "Segments | None" = None) -> dict[str, "Tensor"]:
+    """Each mask's ``keep`` (N,) bool on ``stats`` (``seqs``: the tokens' sequences, needed
+    by sequence masks)."""
+    return {name: mask.keep(stats, seqs) for name, mask in masks.items()}
+
+
+def weight_masks(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` whose weight is real-valued (tokens/v1 ``weight_<mask>``)."""
+    return [n for n in names if n in MASKS and MASKS[n].weight != "binary"]
+
+
+def load_mask_module(path: str | Path) -> Any:
+    """Import the user's Python file ``path`` (it calls :func:`register`); its masks then
+    join every command, report and dashboard view. Loading the same file twice is a no-op.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ValueError(f"--mask-module {path}: no such file; pass a .py file that calls "
+                         "pdm_replay.masks.register(...)")
+    key = f"pdm_replay_user_masks_{abs(hash(str(path)))}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules[key]
+        raise
+    return module
+
+
+from pdm_replay import mask_catalog  # noqa: E402,F401  (registers the built-in masks)
+
+BUILTIN: tuple[str, ...] = tuple(MASKS)  # the package's own masks (the README table)

@@ -31,8 +31,8 @@ from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
-from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
-from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
+from pdm_replay.masks import Mask, MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
+from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, keep_column, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
 
@@ -63,7 +63,7 @@ class MasksSummary:
     tokens: int = 0
     keep_fraction: dict[str, float] = field(default_factory=dict)
     out_of_region: dict[str, int] = field(default_factory=dict)  # family -> count
-    disagreements: dict[str, int] = field(default_factory=dict)  # "kl/agg" -> count
+    disagreements: dict[str, int] = field(default_factory=dict)  # pair_label -> count
     mass_overflow: int = 0
 
 
@@ -87,17 +87,6 @@ def default_workers() -> int:
     writer threads limit)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cpus or 1, 8))
-
-
-def comparison_pairs(names: Sequence[str]) -> list[tuple[str, str, str, str]]:
-    """``(family, estimator, ratio_mask, predictive_mask)`` for registered pairs in ``names``."""
-    pairs = []
-    for name in names:
-        spec = MASKS[name]
-        ratio = f"dppo_topk_{spec.family}"
-        if spec.direction == "predictive" and ratio in names:
-            pairs.append((spec.family, spec.estimator, ratio, name))
-    return pairs
 
 
 def _check_train_columns(log: Path) -> None:
@@ -172,20 +161,28 @@ def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Roll
     return batch.num_rows, token_table(flat, stats, masks)
 
 
+def pair_label(pair: MaskPair) -> str:
+    """``kl/agg`` for a family's pair, ``<ratio mask> vs <predictive mask>`` otherwise."""
+    if pair.family is not None:
+        return f"{pair.family}/{pair.estimator}"
+    return f"{pair.base} vs {pair.other}"
+
+
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
-                pairs: list[tuple[str, str, str, str]]) -> None:
+                pairs: list[MaskPair]) -> None:
     summary.tokens += table.num_rows
     cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names
             if n.startswith("keep_") or n in ("kl_topk", "tv_topk", "mass_overflow")}
     for name in keeps:
-        keeps[name] += int(cols[f"keep_{name}"].sum())
+        keeps[name] += int(cols[keep_column(name)].sum())
     region = {"kl": cols["kl_topk"] > cfg.thresholds.delta_kl,
               "tv": cols["tv_topk"] > cfg.thresholds.delta_tv}
     for fam, sel in region.items():
         summary.out_of_region[fam] = summary.out_of_region.get(fam, 0) + int(sel.sum())
-    for fam, est, ratio, pred in pairs:
-        key = f"{fam}/{est}"
-        differ = region[fam] & (cols[f"keep_{ratio}"] != cols[f"keep_{pred}"])
+    for pair in pairs:
+        # two masks of one proximity agree inside its region: any difference is outside
+        differ = cols[keep_column(pair.base)] != cols[keep_column(pair.other)]
+        key = pair_label(pair)
         summary.disagreements[key] = summary.disagreements.get(key, 0) + int(differ.sum())
     summary.mass_overflow += int(cols["mass_overflow"].sum())
 
@@ -206,7 +203,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     schema = tokens_schema(names).with_metadata({
         "pdm_replay.schema": "tokens/v1", THRESHOLDS_KEY: json.dumps(asdict(cfg.thresholds)),
         "vocab_size": str(vocab), "source_log": str(cfg.log)})
-    summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), comparison_pairs(names)
+    summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), mask_pairs(names)
     keeps.update({n: 0 for n in names})
     rows = 0
     work = partial(_batch_tokens, vocab=vocab, meta=meta, masks=masks)

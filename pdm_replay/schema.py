@@ -21,6 +21,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from pdm_replay.masks import weight_masks  # the registry says which masks weigh
+
 ROLLOUT_SCHEMA_ID = "rollout/v1"
 TOKENS_SCHEMA_ID = "tokens/v1"
 UPDATES_SCHEMA_ID = "updates/v1"
@@ -152,6 +154,12 @@ def keep_column(mask_name: str) -> str:
     return f"keep_{mask_name}"
 
 
+def weight_column(mask_name: str) -> str:
+    """Name of the tokens/v1 column holding a weight mask's real-valued gradient weight
+    ``w`` (surrogate ``−Σ w·r·Â / N``; TIS, CISPO, MIS)."""
+    return f"weight_{mask_name}"
+
+
 def _schema(columns: Iterable[Column], schema_id: str) -> pa.Schema:
     return pa.schema([c.arrow_field() for c in columns], metadata={SCHEMA_KEY: schema_id})
 
@@ -170,8 +178,12 @@ def tokens_schema(mask_names: Iterable[str], *, replay: bool = False,
         cols.extend(TOKEN_SUPPORT_COLUMNS)
     if exact:
         cols.extend(TOKEN_REPLAY_COLUMNS[1:])
+    names = list(mask_names)
     cols.extend(Column(keep_column(m), pa.bool_(), "yes", f"decision of mask {m}")
-                for m in mask_names)
+                for m in names)
+    cols.extend(Column(weight_column(m), pa.float32(), "yes", f"gradient weight w of mask {m} "
+                       "(float32 like the support lists; the replay steps on the float64 w)")
+                for m in weight_masks(names))
     return _schema(cols, TOKENS_SCHEMA_ID)
 
 
@@ -274,7 +286,13 @@ def schema_documents() -> dict[str, dict]:
                                  "doc": "one per mask recorded: True = the token is kept; "
                                  "under a threshold sweep one per value of the swept "
                                  "threshold a mask reads, keep_<mask>@<value> (footer "
-                                 "pdm_replay.mask_variants names mask and value)"}]
+                                 "pdm_replay.mask_variants names mask and value)"},
+                                {"name": weight_column("<mask>"), "type": "float",
+                                 "nullable": False, "required": "yes",
+                                 "doc": "one per recorded mask whose weight is real-valued "
+                                 "(registry weight 'is': TIS, CISPO, MIS): the gradient "
+                                 "weight w of the surrogate -sum w r A / N; keep_<mask> is "
+                                 "w > 0"}]
     return {"rollout_v1.json": schema_document(ROLLOUT_V1), "tokens_v1.json": tokens,
             "updates_v1.json": schema_document(UPDATES_V1)}
 

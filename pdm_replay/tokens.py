@@ -23,12 +23,13 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import Mask, apply_masks
+from pdm_replay.masks import Mask, weight_masks
 from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.segments import Segments
 from pdm_replay.math.sums import PairSums, pair_sums
 from pdm_replay.math.support import Support, build_support, reduce_logged_pair
 from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
-from pdm_replay.schema import RolloutMeta, tokens_schema
+from pdm_replay.schema import RolloutMeta, keep_column, tokens_schema, weight_column
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
 SUPPORT_CHUNK = 1 << 12  # tokens per support pass: (N, K+1) float64 temporaries of 0.7 MB
@@ -126,7 +127,11 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     and the per-support list columns, from ``lists`` (one entry per token of ``flat``,
     see :func:`support_list`) or null where absent.
     """
-    keep = apply_masks(dict(masks), stats)
+    masks = dict(masks)
+    seqs = Segments.of(flat.row, flat.loss_mask)
+    weights = {n: masks[n].weight(stats, seqs) for n in weight_masks(masks)}
+    keep = {n: weights[n] > 0 if n in weights else mask.keep(stats, seqs)
+            for n, mask in masks.items()}  # a weight mask keeps where w > 0: one pass
     sel = flat.loss_mask
     every = bool(sel.all())  # usually: then nothing is copied
     pick = (lambda v: v) if every else (lambda v: v[sel])  # noqa: E731
@@ -134,7 +139,8 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
                                    "token_id": pick(flat.token_id)}
     cols.update({k: pick(v.numpy()) for k, v in stats.as_dict().items()})
     cols.update({k: pick(v) for k, v in (extra or {}).items()})
-    cols.update({f"keep_{k}": pick(v.numpy()) for k, v in keep.items()})
+    cols.update({keep_column(k): pick(v.numpy()) for k, v in keep.items()})
+    cols.update({weight_column(k): pick(v.numpy()) for k, v in weights.items()})
     n = len(cols["pos"])
     if seed is not None:
         cols["seed"] = np.full(n, seed, dtype=np.int64)

@@ -21,6 +21,7 @@ from pdm_replay.masks import (
     resolve_names,
 )
 from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.segments import Segments
 from pdm_replay.math.support import build_support, reduce_pair
 
 F64 = torch.float64
@@ -73,27 +74,52 @@ def token_batches(draw: st.DrawFn) -> TokenStats:
     return token_stats(pair, torch.tensor(adv, dtype=F64), n)
 
 
-SCALES = (8.0, 2.0, 1.0, 0.5, 0.25, 0.05, 0.0)  # every threshold shrinks together
+def own_sequences(stats: TokenStats) -> Segments:
+    """Every token its own response (sequence masks then act per token)."""
+    n = stats.advantage.shape[0]
+    return Segments(torch.arange(n), torch.ones(n, dtype=torch.bool))
+
+
+SCALES = (1000.0, 8.0, 2.0, 1.0, 0.5, 0.25, 0.05, 0.0)  # every threshold shrinks together
+
+
+# Thresholds fields by how they shrink the region: widths (ε, δ, upper bounds of a
+# divergence) scale by s; ratio caps C > 1 move to 1 + (C − 1)·s; lower ratio bounds
+# L < 1 to 1 − (1 − L)·s; so s = 0 is the empty region for every mask.
+CAPS = ("tis_cap", "icepop_high", "mis_high", "rs_k1", "rs_seq_mean_k1")
+LOWS = ("icepop_low", "mis_low")
 
 
 def scaled(s: float) -> Thresholds:
     t = Thresholds()
-    return Thresholds(eps=t.eps * s, eps_low=t.eps_low * s, eps_high=t.eps_high * s,
-                      delta_kl=t.delta_kl * s, delta_tv=t.delta_tv * s)
+    new = {}
+    for f in Thresholds.__dataclass_fields__:
+        v = getattr(t, f)
+        new[f] = (1 + (v - 1) * s if f in CAPS else 1 - (1 - v) * s if f in LOWS else v * s)
+    return Thresholds(**new)
 
 
 @settings(max_examples=40, deadline=None)
-@given(token_batches())
-def test_every_registered_mask_honours_the_contract(stats: TokenStats) -> None:
+@given(token_batches(), st.integers(0, 2**31 - 1))
+def test_every_registered_mask_honours_the_contract(stats: TokenStats, split: int) -> None:
     n_tok = stats.advantage.shape[0]
+    g = torch.Generator().manual_seed(split)  # random responses, random loss mask
+    seqs = Segments(torch.sort(torch.randint(0, 3, (n_tok,), generator=g)).values,
+                    torch.rand(n_tok, generator=g) > 0.2)
     zero_adv = stats.advantage == 0
     masked_before: dict[str, Tensor] = {}
     for s in SCALES:
-        keep = apply_masks(build_masks(None, scaled(s)), stats)
+        masks = build_masks(None, scaled(s))
+        keep = apply_masks(masks, stats, seqs)
         assert set(keep) == set(MASKS)
         for name, kp in keep.items():
             assert kp.shape == (n_tok,) and kp.dtype == torch.bool, name
-            assert kp[zero_adv].all(), f"{name} masked a token with Â = 0"
+            w = masks[name].weight(stats, seqs)
+            assert w.shape == (n_tok,) and w.dtype == F64 and (w >= 0).all(), name
+            assert torch.equal(w > 0, kp), f"{name}: keep is not w > 0"
+            if MASKS[name].weight == "binary":  # an IS weight may zero a no-gradient token
+                assert torch.equal(w, kp.double()), name
+                assert kp[zero_adv].all(), f"{name} masked a token with Â = 0"
             masked = ~kp
             if name in masked_before:  # a smaller region masks a superset
                 assert (masked_before[name] <= masked).all(), f"{name} not monotone at {s}"
@@ -113,11 +139,14 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
     ids = s.ids.clamp(min=0)
     adv = torch.where(torch.arange(400) % 2 == 0, 1.0, -1.0).double()
     stats = token_stats(reduce_pair(s, lmu.gather(1, ids), lpi.gather(1, ids)), adv, 12)
-    loose = apply_masks(build_masks(None, scaled(8.0)), stats)
-    tight = apply_masks(build_masks(None, scaled(0.0)), stats)
+    seqs = own_sequences(stats)
+    loose = apply_masks(build_masks(None, scaled(1000.0)), stats, seqs)
+    tight = apply_masks(build_masks(None, scaled(0.0)), stats, seqs)
     for name in MASKS:
         n_loose, n_tight = int((~loose[name]).sum()), int((~tight[name]).sum())
-        if name == "none":
+        if MASKS[name].weight == "is" and MASKS[name].build(Thresholds()).truncate:
+            assert n_tight == 0, name  # TIS / CISPO reweight, never drop
+        elif name == "none":
             assert n_tight == 0
         else:
             assert 0 < n_tight and n_loose < n_tight, (name, n_loose, n_tight)
@@ -125,7 +154,7 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
 
 def test_duplicate_registration_is_rejected() -> None:
     before = dict(MASKS)
-    dup = MaskSpec("ppo_clip", lambda t: None, None, "ratio", None, "a second ppo_clip")
+    dup = MaskSpec("ppo_clip", lambda t: None, None, "ratio", None, "a second ppo_clip")  # type: ignore[arg-type,return-value]
     with pytest.raises(ValueError, match="ppo_clip.*already registered"):
         register(dup)
     assert MASKS == before and MASKS["ppo_clip"] is before["ppo_clip"]
@@ -206,7 +235,7 @@ def test_pdm_and_dppo_disagree_on_a_hand_built_token() -> None:
     assert stats.tv_topk.item() == pytest.approx(0.6, abs=1e-14)
     assert stats.dtv_agg.item() == pytest.approx(-0.024, abs=1e-14)
     keep = {n: bool(k.item()) for n, k in apply_masks(build_masks(None, Thresholds()),
-                                                      stats).items()}
+                                                      stats, own_sequences(stats)).items()}
     assert keep["dppo_topk_kl"] is False and keep["dppo_topk_tv"] is False
     assert keep["pdm_kl_agg"] and keep["pdm_kl_uniform"]
     assert keep["pdm_tv_agg"] and keep["pdm_tv_uniform"]
@@ -214,7 +243,7 @@ def test_pdm_and_dppo_disagree_on_a_hand_built_token() -> None:
     # predictive masks say "away" (masked)
     neg = replace(stats, advantage=-stats.advantage)
     keep = {n: bool(k.item()) for n, k in apply_masks(build_masks(None, Thresholds()),
-                                                      neg).items()}
+                                                      neg, own_sequences(neg)).items()}
     assert keep["dppo_topk_kl"] and keep["dppo_topk_tv"]
     assert not keep["pdm_kl_agg"] and not keep["pdm_tv_agg"]
     assert math.isfinite(stats.dtv_uniform.item())

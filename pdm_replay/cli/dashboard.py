@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import err_console, fail
+from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
 from pdm_replay.dashboard_app import launch
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
@@ -30,13 +31,16 @@ def dashboard(
         "text; default: the one the log metadata names, else the checkpoint's."),
     memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit",
                                      help="DuckDB memory limit (it spills beyond it)."),
+    mask_module: MaskModules = None,
 ) -> None:
     """Serve the dashboard (Overview, Disagreements, Divergence, Estimators, Log health) of
     RUN until Ctrl-C. The run is read in place and read-only; tables are paged, so
     a run of millions of tokens stays on disk."""
     try:
         cfg = launch.DashboardConfig(run=run, host=host, port=port, tokenizer=tokenizer,
-                                     memory_limit=memory_limit)
+                                     memory_limit=memory_limit,
+                                     mask_modules=tuple(mask_module or ()))
+        load_mask_modules(mask_module)  # a bad file fails here, not in the browser
         launch.check_ready(cfg)
     except (ValueError, FileNotFoundError, ImportError) as err:
         fail(str(err))

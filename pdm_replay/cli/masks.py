@@ -11,6 +11,8 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
+                                         load_mask_modules, parse_mask_params)
 from pdm_replay.masks import MASKS, Thresholds
 
 if TYPE_CHECKING:
@@ -37,9 +39,10 @@ EpsHigh = Annotated[float, typer.Option("--eps-high", help="ε_high of clip_high
 
 
 def threshold_options(eps: float, eps_low: float, eps_high: float, delta_kl: float,
-                      delta_tv: float) -> Thresholds:
+                      delta_tv: float, clip_ratio_c: float = 0.0,
+                      params: dict[str, float] | None = None) -> Thresholds:
     return Thresholds(eps=eps, eps_low=eps_low, eps_high=eps_high, delta_kl=delta_kl,
-                      delta_tv=delta_tv)
+                      delta_tv=delta_tv, clip_ratio_c=clip_ratio_c, **(params or {}))
 
 
 def print_summary(summary: MasksSummary, seconds: float) -> None:
@@ -68,6 +71,9 @@ def masks(
     eps: Eps = THRESHOLD_DEFAULTS.eps,
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
+    clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
+    mask_param: MaskParams = None,
+    mask_module: MaskModules = None,
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
                                              help="n for the uniform-tail estimators "
                                              "(default: the log's footer)."),
@@ -90,11 +96,14 @@ def masks(
     # Imported when the command runs: torch and the readers are not needed for --help.
     from pdm_replay.io.reader import count_rows
     from pdm_replay.run_masks import MasksConfig, run_masks
-    cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
-                      thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
-                      vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
-                      threads=threads)
     try:
+        load_mask_modules(mask_module)
+        cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
+                          thresholds=threshold_options(eps, eps_low, eps_high, delta_kl,
+                                                       delta_tv, clip_ratio_c,
+                                                       parse_mask_params(mask_param)),
+                          vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
+                          threads=threads)
         total = count_rows(log)
         start = time.perf_counter()
         with progress_bar("masks", total, "samples") as bar:

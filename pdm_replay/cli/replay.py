@@ -11,6 +11,8 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
+                                         load_mask_modules, parse_mask_params)
 from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
                                   parse_mask_list, threshold_options)
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS, ReplayConfig
@@ -45,7 +47,7 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     m = result.manifest
     console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
                   f"-> {result.run_dir} ({seconds:.1f} s)")
-    t = Table(title="ratio (dppo_topk_<D>) vs predictive (pdm_<D>_<tail>)")
+    t = Table(title="ratio vs predictive mask of each registry pair")
     for col in ("update", "D tail", "δ", "out of\nregion\n/ seed", "dis-\nagree\n/ seed",
                 "unsafe\nratio\npooled\n(seed\nmean)", "unsafe\npred.\npooled\n(seed\nmean)",
                 "W/L/T/\nempty"):
@@ -64,8 +66,8 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
                       "simulated update; lower is better). `pdm-replay report` adds the "
                       "intervals and tests")
     else:
-        console.print("no alignment summary: --masks needs dppo_topk_<fam> and a "
-                      "pdm_<fam>_* mask")
+        console.print("no alignment summary: --masks needs both masks of a ratio / "
+                      "predictive pair (e.g. dppo_topk_kl and pdm_kl_agg)")
     _print_updates(m)
     dev = m.get("recompute_deviation")
     if dev:
@@ -167,6 +169,9 @@ def replay(
     eps: Epss = str(THRESHOLD_DEFAULTS.eps),
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
+    clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
+    mask_param: MaskParams = None,
+    mask_module: MaskModules = None,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
                                       "(*.bin): they can run code; only for trusted files."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
@@ -195,6 +200,7 @@ def replay(
     from pdm_replay.replay.distributed import LOCAL, init_from_env
     dist = LOCAL
     try:
+        load_mask_modules(mask_module)
         sweep = Sweep(eps=parse_values(eps, "--eps"),
                       delta_kl=parse_values(delta_kl, "--delta-kl"),
                       delta_tv=parse_values(delta_tv, "--delta-tv"))
@@ -205,7 +211,8 @@ def replay(
             optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
             behavior_dtype=behavior_dtype,
             thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
-                                         sweep.delta_tv[0]), sweep=sweep,
+                                         sweep.delta_tv[0], clip_ratio_c,
+                                         parse_mask_params(mask_param)), sweep=sweep,
             next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
             optimizer_state=optimizer_state, seed_by=seed_by, allow_overlap=allow_overlap,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,

@@ -11,6 +11,7 @@ from typer.core import TyperCommand
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import fail
+from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 RUN_HELP = ("A replay run directory (manifest.json, tokens/, updates/) or the tokens file "
@@ -66,6 +67,7 @@ def report(
                                              help="The same for the TV family."),
     by: Optional[str] = typer.Option(None, "--by",
                                      help="step: every section per logged step."),
+    mask_module: MaskModules = None,
 ) -> None:
     """Headline direction analysis per update basis (`actual`: the trainer's real step,
     first when present; `own`: each mask's own simulated update; `none`: keep-all) and
@@ -85,6 +87,7 @@ def report(
                        bootstrap_seed=bootstrap_seed, delta_kl=delta_kl, delta_tv=delta_tv,
                        by=by)
     try:
+        load_mask_modules(mask_module)
         _, text = produce_report(cfg)
     except _errors() as err:
         fail(str(err))
@@ -111,6 +114,7 @@ def sql(
     max_rows: int = typer.Option(50, "--max-rows", min=1, help="Rows shown by --format table."),
     memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="DuckDB threads."),
+    mask_module: MaskModules = None,
 ) -> None:
     """Run one SQL query over a run's views (read-only: exactly one SELECT/WITH/FROM/
     DESCRIBE/SUMMARIZE statement; COPY, EXPORT, ATTACH, DDL and SET are refused, and the
@@ -121,6 +125,7 @@ def sql(
                     format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)
     try:
+        load_mask_modules(mask_module)
         text = run_sql(cfg)
     except _errors() as err:
         fail(str(err))

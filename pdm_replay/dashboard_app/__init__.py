@@ -18,5 +18,6 @@ from pathlib import Path
 ENV_RUN_DIR = "PDM_REPLAY_RUN_DIR"
 ENV_TOKENIZER = "PDM_REPLAY_TOKENIZER"
 ENV_MEMORY_LIMIT = "PDM_REPLAY_MEMORY_LIMIT"
+ENV_MASK_MODULES = "PDM_REPLAY_MASK_MODULES"  # --mask-module files, os.pathsep-separated
 APP_FILE = Path(__file__).with_name("app.py")
 PAGES_DIR = Path(__file__).with_name("page_scripts")

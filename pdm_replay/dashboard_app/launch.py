@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, NoReturn
 
-from pdm_replay.dashboard_app import APP_FILE, ENV_MEMORY_LIMIT, ENV_RUN_DIR, ENV_TOKENIZER
+from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
+                                      ENV_TOKENIZER)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
@@ -37,6 +38,7 @@ class DashboardConfig:
     port: int = 8501
     tokenizer: str | None = None
     memory_limit: str = DEFAULT_MEMORY_LIMIT
+    mask_modules: tuple[Path, ...] = ()  # --mask-module: user masks the app registers
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
@@ -80,6 +82,10 @@ def streamlit_env(cfg: DashboardConfig, base: Mapping[str, str]) -> dict[str, st
         env[ENV_TOKENIZER] = cfg.tokenizer
     else:
         env.pop(ENV_TOKENIZER, None)
+    if cfg.mask_modules:
+        env[ENV_MASK_MODULES] = os.pathsep.join(str(Path(m).resolve()) for m in cfg.mask_modules)
+    else:
+        env.pop(ENV_MASK_MODULES, None)
     return env
 
 

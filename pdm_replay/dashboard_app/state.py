@@ -21,9 +21,11 @@ from typing import Any, Callable, NoReturn
 import duckdb
 import streamlit as st
 
-from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT, ENV_RUN_DIR, ENV_TOKENIZER
+from pdm_replay.dashboard_app import (ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
+                                      ENV_TOKENIZER)
 from pdm_replay.dashboard_app.text import LoadedTokenizer, load_tokenizer, tokenizer_candidates
 from pdm_replay.report.dashboard_api import RunStatus, connect_dashboard
+from pdm_replay.masks import load_mask_module
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.run import RunInfo
 
@@ -84,6 +86,8 @@ def _open(path: str, fingerprint: str, memory_limit: str) -> _Handle:
 def _handle(run: RunRef) -> _Handle:
     memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
     try:
+        for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
+            load_mask_module(module)  # once per process: a second load is a no-op
         return _open(run.path, run.fingerprint, memory_limit)
     except ERRORS as err:
         fail(f"Cannot open `{run.path}`: {err}", START_HINT)

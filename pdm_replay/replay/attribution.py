@@ -12,8 +12,8 @@ For an update with actual parameter step Δθ (``snapshot.delta()``), per loss t
   linear in the per-token gradients, so it has no per-token split; self and cross stay null.
 
 The sample (per seed, drawn once, shared by every SGD update) is every KL disagreement token
-(out of region, ``dppo_topk_kl`` deciding differently from ``pdm_kl_agg`` or
-``pdm_kl_uniform``) plus ``sample_size`` other loss tokens with Â ≠ 0, drawn with a
+(out of region, the two masks of a KL pair of the registry deciding differently:
+``dppo_topk_kl`` vs ``pdm_kl_agg`` or ``pdm_kl_uniform``) plus ``sample_size`` other loss tokens with Â ≠ 0, drawn with a
 generator seeded by the replay seed. The inner products do not depend on the update, so
 they are computed once per seed, at θ.
 """
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pdm_replay.masks import Thresholds, apply_masks, build_masks
+from pdm_replay.masks import Thresholds, apply_masks, build_masks, mask_pairs
 from pdm_replay.math.attribution import KLWeights, kl_topk_weights, self_term
 from pdm_replay.math.metrics import TokenStats
 from pdm_replay.replay.batching import PaddedBatch
@@ -37,7 +37,6 @@ from pdm_replay.replay.tangent import (TangentPass, current_params, parameter_na
                                        sequence_batches)
 
 ATTRIBUTION_COLUMNS = ("delta_kl_lin", "delta_kl_curv", "delta_kl_self", "delta_kl_cross")
-DIRECTION_MASKS = ("dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform")
 SAMPLE_STREAM = 0xA77  # second seed word: the sample's stream differs from the batch draw
 # Per-token gradients held at once on CUDA (2 per token): beyond this the group shrinks,
 # down to a loop over tokens (one pair of gradients at a time). On CPU the loop was as fast
@@ -51,13 +50,18 @@ def gradient_memory(device: torch.device) -> int:
 
 
 def disagreement_tokens(stats: TokenStats, thresholds: Thresholds) -> np.ndarray:
-    """``(N,)`` bool: ratio (``dppo_topk_kl``) and a predictive KL mask decide differently.
+    """``(N,)`` bool: the two masks of some KL pair of the registry (:func:`mask_pairs`:
+    ``dppo_topk_kl`` vs ``pdm_kl_agg`` / ``pdm_kl_uniform``) decide differently.
 
     Both share the proximity test, so such a token is always out of region.
     """
-    keep = apply_masks(build_masks(DIRECTION_MASKS, thresholds), stats)
-    ratio = keep["dppo_topk_kl"]
-    return ((ratio != keep["pdm_kl_agg"]) | (ratio != keep["pdm_kl_uniform"])).numpy()
+    pairs = [p for p in mask_pairs() if p.family == "kl"]
+    names = list(dict.fromkeys(n for p in pairs for n in (p.base, p.other)))
+    keep = apply_masks(build_masks(names, thresholds), stats)
+    differ = torch.zeros_like(stats.advantage, dtype=torch.bool)
+    for p in pairs:
+        differ |= keep[p.base] != keep[p.other]
+    return differ.numpy()
 
 
 def attribution_sample(stats: TokenStats, loss_mask: np.ndarray, thresholds: Thresholds,

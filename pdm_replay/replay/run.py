@@ -39,7 +39,8 @@ import torch
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import Mask, apply_masks
+from pdm_replay.masks import Mask
+from pdm_replay.math.segments import Segments
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import records as rec
 from pdm_replay.replay.actual import ACTUAL, actual_columns
@@ -143,14 +144,15 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     return layout
 
 
-def _simulate(ctx: Context, keep: torch.Tensor, pre: PreUpdate,
+def _simulate(ctx: Context, mask_weight: torch.Tensor, pre: PreUpdate,
               batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
               mu_hidden: list[torch.Tensor] | None,
               attr: SeedAttribution | None = None,
               info: StepInfo | None = None) -> dict[str, torch.Tensor | pa.Array]:
-    """One update mask: step, post-update statistics, restore. Returns updates columns;
-    ``info`` receives the lr used and the realized ‖Δθ‖."""
-    weight = (keep & loss_mask).double()
+    """One update mask of gradient weights ``mask_weight`` ``(N,)`` (keep as 0/1, or an IS
+    weight): step, post-update statistics, restore. Returns updates columns; ``info``
+    receives the lr used and the realized ‖Δθ‖."""
+    weight = mask_weight.double() * loss_mask
     # Every loss token of the global batch (all ranks): a mask never changes the normaliser.
     n_tokens = ctx.dist.sum_int(int(loss_mask.sum()))
     params = ctx.snapshot.params
@@ -211,6 +213,7 @@ def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int
     timings = {"read_and_pre_s": time.perf_counter() - t0}
     tick(n)
     loss_mask = torch.from_numpy(flat.loss_mask)
+    seqs = Segments.of(flat.row, flat.loss_mask)
     inputs = LossInputs(torch.from_numpy(flat.token_id), torch.from_numpy(flat.logp_behavior),
                         torch.from_numpy(flat.advantage))
     attr, t_attr = None, time.perf_counter()
@@ -228,13 +231,15 @@ def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int
         t1 = time.perf_counter()
         cols = actual_columns(ctx.policy, ctx.models.next_policy, ctx.snapshot.params,
                               g.batches, g.pre, ctx.pass_cfg, ctx.behaviour, g.mu_hidden, attr)
-        parts.append(updates_part(flat, seed, ACTUAL, ctx.trainer_mask.keep(g.pre.stats), cols))
+        parts.append(updates_part(flat, seed, ACTUAL, ctx.trainer_mask.keep(g.pre.stats, seqs),
+                                  cols))
         timings[f"update_{ACTUAL}_s"] = time.perf_counter() - t1
         tick(n)
-    for name, keep in apply_masks(ctx.update_masks, g.pre.stats).items():
+    for name, mask in ctx.update_masks.items():
         t1, info = time.perf_counter(), StepInfo()
-        cols = _simulate(ctx, keep, g.pre, g.batches, inputs, loss_mask, g.mu_hidden, attr,
-                         info)
+        keep = mask.keep(g.pre.stats, seqs)
+        cols = _simulate(ctx, mask.weight(g.pre.stats, seqs), g.pre, g.batches, inputs,
+                         loss_mask, g.mu_hidden, attr, info)
         parts.append(updates_part(flat, seed, name, keep, cols))
         timings[f"update_{name}_s"] = time.perf_counter() - t1
         steps[name] = {"lr": info.lr, "step_norm": info.step_norm}

@@ -17,7 +17,7 @@ Examples
 >>> list(variants(["none", "dppo_topk_kl", "dppo_topk_tv"], sweep))
 ['none', 'dppo_topk_kl@0.05', 'dppo_topk_kl@0.15', 'dppo_topk_tv']
 >>> masks = build_variants(["pdm_kl_agg"], Thresholds(), sweep)
->>> masks["pdm_kl_agg@0.05"].delta, masks["pdm_kl_agg@0.15"].delta
+>>> masks["pdm_kl_agg@0.05"].high, masks["pdm_kl_agg@0.15"].high
 (0.05, 0.15)
 >>> parse_values("0.05, 0.15,0.05", "--delta-kl")
 (0.05, 0.15)

@@ -22,14 +22,13 @@ from typing import Any
 
 import polars as pl
 
-from pdm_replay.masks import MASKS
+from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.run import RunInfo
-from pdm_replay.run_masks import comparison_pairs
 
 FORMATS = ("table", "markdown", "json", "html")
 REPLAY_HINT = ("run `pdm-replay replay` on the rollout log with the training checkpoint to "

@@ -1,7 +1,7 @@
 """What the direction analysis compares: ratio-vs-predictive pairs × thresholds × updates.
 
 A *comparison* is one registered (ratio mask, predictive mask) pair of a family
-(:func:`pdm_replay.run_masks.comparison_pairs`, the one list of pairs) at one threshold δ.
+(:func:`pdm_replay.masks.comparison_pairs`, the one list of pairs) at one threshold δ.
 Its out-of-region set and disagreement set are functions of stored tokens/v1 columns
 (``kl_topk``/``tv_topk``, the advantage, the ratio and the slopes), so they exist at any δ.
 The realized change ΔD of a kept disagreement token is measured under one *basis*:
@@ -33,9 +33,8 @@ from typing import Collection, Mapping
 
 import pyarrow as pa
 
-from pdm_replay.masks import MASKS
+from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.run import RunInfo
-from pdm_replay.run_masks import comparison_pairs
 
 ACTUAL = "actual"  # the update name `replay --next-checkpoint` writes (replay/actual.py)
 NONE = "none"

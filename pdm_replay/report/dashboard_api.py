@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
+from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.db import ReportDB, connect, load_sql
 from pdm_replay.report.run import RunInfo, discover_run
 
@@ -147,6 +148,18 @@ def connect_dashboard(source: Path | str, **connect_kwargs: Any) -> tuple[Report
     return db, status
 
 
+def pair_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The families and predictive estimators of the registry's pairs (the Disagreements
+    page's filters), registry order.
+
+    >>> pair_options()
+    (('kl', 'tv'), ('agg', 'uniform'))
+    """
+    pairs = comparison_pairs(list(MASKS))
+    return (tuple(dict.fromkeys(p[0] for p in pairs)),
+            tuple(dict.fromkeys(p[1] for p in pairs)))
+
+
 @dataclass(frozen=True)
 class DisagreementFilter:
     """Filters of the Disagreements page; None means any.
@@ -166,9 +179,11 @@ class DisagreementFilter:
     delta_sign: int | None = None
 
     def __post_init__(self) -> None:
-        checks = [(self.family in (None, "kl", "tv"), f"family {self.family!r}: kl | tv"),
-                  (self.estimator in (None, "agg", "uniform"),
-                   f"estimator {self.estimator!r}: agg | uniform"),
+        families, estimators = pair_options()
+        checks = [(self.family in (None, *families),
+                   f"family {self.family!r}: {' | '.join(families)}"),
+                  (self.estimator in (None, *estimators),
+                   f"estimator {self.estimator!r}: {' | '.join(estimators)}"),
                   (self.update in UPDATES, f"update {self.update!r}: one of {UPDATES}"),
                   (self.kept_by in (None, "ratio", "predictive"),
                    f"kept_by {self.kept_by!r}: ratio | predictive"),

@@ -50,13 +50,12 @@ import polars as pl
 import pyarrow as pa
 
 from pdm_replay.errors import InputError
-from pdm_replay.masks import MASKS
+from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
                                            comparisons_table)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.run import RunInfo, discover_run
-from pdm_replay.run_masks import comparison_pairs
-from pdm_replay.schema import UPDATES_V1, tokens_schema
+from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
               "views_summary.sql", "views_attribution.sql")
@@ -205,13 +204,19 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
         "family": [s.family if s else None for s in specs],
         "direction": [s.direction if s else None for s in specs],
         "estimator": [s.estimator if s else None for s in specs],
+        "proximity": [s.proximity if s else None for s in specs],
+        "granularity": [s.granularity if s else None for s in specs],
+        "weight": [s.weight if s else None for s in specs],
         "present": [n in present for n in names],
         "doc": [s.doc if s else "not in this version's registry" for s in specs],
     })
     pairs = comparison_pairs(list(MASKS))
     mask_pairs = pa.table({
+        "ord": pa.array(range(len(pairs)), pa.int32()),
         "family": [p[0] for p in pairs], "estimator": [p[1] for p in pairs],
         "ratio_mask": [p[2] for p in pairs], "predictive_mask": [p[3] for p in pairs],
+        "ratio_keep": [keep_column(p[2]) for p in pairs],
+        "predictive_keep": [keep_column(p[3]) for p in pairs],
         "present": [p[2] in present and p[3] in present for p in pairs],
     })
     return masks, mask_pairs

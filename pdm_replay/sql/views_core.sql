@@ -2,8 +2,8 @@
 -- `comparisons` (registered from pdm_replay.report.comparisons) lists every registered
 -- (ratio, predictive) pair of a family f at each threshold delta analysed: both share the
 -- proximity test f_topk > delta, so any difference between them is one of direction.
--- Decisions are re-derived from stored columns (the registry's rule, pdm_replay.masks.decide:
--- masked iff outside and sign(A) * slope > 0), so they exist at any delta, not only at the
+-- Decisions are re-derived from stored columns (the registry's rule,
+-- pdm_replay.math.mask_ops.away: masked iff outside and sign(A) * slope > 0), so they exist at any delta, not only at the
 -- thresholds the keep_<mask> columns were written at.
 
 CREATE OR REPLACE VIEW settings AS

@@ -154,7 +154,7 @@ def test_report_time_threshold_equals_a_run_at_that_threshold(tmp_path: Path) ->
 
 def test_derived_decisions_equal_the_masks_keep_columns(tmp_path: Path) -> None:
     # the views decide on O from stored columns (any δ); at the run's δ those decisions
-    # must be the masks' own (pdm_replay.masks.decide on the same tokens)
+    # must be the masks' own (pdm_replay.math.mask_ops.away on the same tokens)
     log = write_synthetic_log(tmp_path / "log.parquet", SyntheticLogConfig(
         n_samples=32, response_len=16, vocab_size=60, top_k=5, mismatch=1.0))
     run_masks(MasksConfig(log=log, out=tmp_path / "t.parquet",

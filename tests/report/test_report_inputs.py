@@ -11,12 +11,12 @@ import pytest
 
 from report_fixtures import THRESHOLDS, write_run
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASKS, Thresholds, comparison_pairs
 from pdm_replay.report import api
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
 from pdm_replay.report.run import discover_run
-from pdm_replay.run_masks import MasksConfig, comparison_pairs, run_masks
+from pdm_replay.run_masks import MasksConfig, run_masks
 
 
 def test_thresholds_from_manifest_when_footer_lacks_them(tmp_path: Path) -> None:

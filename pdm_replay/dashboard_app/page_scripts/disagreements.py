@@ -25,6 +25,7 @@ KEPT_LABELS = {ANY: ANY, "ratio": "kept by ratio, masked by predictive",
 ADV_LABELS = {ANY: ANY, 1: "Â > 0", -1: "Â < 0"}
 DELTA_LABELS = {ANY: ANY, 1: "ΔD > 0 (moved away: unsafe)", -1: "ΔD < 0 (corrective)",
                 0: "ΔD = 0"}
+ESTIMATOR_LABELS = {"agg": "aggregated tail", "uniform": "uniform tail"}
 TABLE_COLUMNS = ("seed", "family", "estimator", "sample_id", "pos", "token_id", "token",
                  "kept_by", "update_mask", "advantage", "ratio", "d_pre", "delta_d",
                  "d_local", "d_predictive", "d_exact", "delta_d_ratio", "delta_d_predictive",
@@ -43,11 +44,14 @@ def _pick(label: str, options: dict, key: str, index: int = 0) -> Any:
 def _filters(run: RunRef) -> tuple[dapi.DisagreementFilter, str, bool, int]:
     seeds = data(run, dapi.seeds)
     row1, row2 = st.columns(4), st.columns(5)
+    families, estimators = dapi.pair_options()  # the registry's pairs
     with row1[0]:
-        family = _pick("Family", {ANY: ANY, "kl": "KL", "tv": "TV"}, "f_family", index=1)
+        family = _pick("Family", {ANY: ANY, **{f: f.upper() for f in families}}, "f_family",
+                       index=1)
     with row1[1]:
-        estimator = _pick("Estimator", {ANY: ANY, "agg": "aggregated tail",
-                                        "uniform": "uniform tail"}, "f_estimator", index=1)
+        estimator = _pick("Estimator", {ANY: ANY, **{e: ESTIMATOR_LABELS.get(e, e)
+                                                     for e in estimators}},
+                          "f_estimator", index=1)
     with row1[2]:
         seed = _pick("Seed", {ANY: ANY, **{s: str(s) for s in seeds if s is not None}},
                      "f_seed")

@@ -1,0 +1,100 @@
+"""The kinds of mask the registry composes: frozen dataclasses with flat typed parameters.
+
+:class:`Criterion` is proximity × direction (a region ``low ≤ stat ≤ high`` on a token or
+sequence statistic, and a direction criterion); :class:`ISWeight` is an importance weight
+(TIS, CISPO, MIS); :class:`KeepAll` the reference update. The math is in
+:mod:`pdm_replay.math.mask_ops`, imported on first use so that the registry's metadata
+imports without torch.
+
+Examples
+--------
+>>> c = Criterion("kl_topk", high=0.15, direction="predictive", slope="dkl_agg")
+>>> c.reads_sequences, Criterion("k1", high=0.1, reduce="mean").reads_sequences
+(False, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from pdm_replay.math.metrics import TokenStats
+    from pdm_replay.math.segments import Segments
+
+
+def _ops():  # noqa: ANN202  (torch loads here, not when the registry is imported)
+    from pdm_replay.math import mask_ops
+    return mask_ops
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """Drop a token iff ``stat`` (its sequence ``reduce`` when set) is outside
+    ``[low, high]`` and the ``direction`` says the update moves away.
+
+    ``slope`` names the TokenStats Ḋ field of a predictive direction; ``clip_ratio_c``
+    adds verl's dual-clip (Â < 0 and r > c dropped; 0 = off).
+    """
+
+    stat: str
+    low: float = -math.inf
+    high: float = math.inf
+    reduce: str = ""  # "" token | "sum" | "mean" | "max" over the sequence's loss tokens
+    direction: str = "none"
+    slope: str = ""
+    clip_ratio_c: float = 0.0
+
+    @property
+    def reads_sequences(self) -> bool:
+        return bool(self.reduce)
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        ops = _ops()
+        value = ops.per_sequence(ops.statistic(stats, self.stat), self.reduce, seqs,
+                                 f"{self.stat} {self.reduce}")
+        drop = ops.outside(value, self.low, self.high)
+        drop &= ops.away(stats, self.direction, self.slope, self.reduce, seqs)
+        return ops.dual_clip(~drop, stats, self.clip_ratio_c)
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.keep(stats, seqs).double()
+
+
+@dataclass(frozen=True)
+class ISWeight:
+    """Weight ``w = f(ρ)/r`` so that the surrogate's ``w·r = f(ρ)``: ``f`` clamps ρ to
+    ``[low, high]`` (``truncate``) or zeroes it outside; ρ the token ratio, or the
+    sequence ratio ``exp(Σ log r)`` when ``reduce`` is "sum"."""
+
+    low: float = 0.0
+    high: float = math.inf
+    reduce: str = ""
+    truncate: bool = True
+
+    @property
+    def reads_sequences(self) -> bool:
+        return bool(self.reduce)
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return _ops().is_weight(stats, self.low, self.high, self.reduce, self.truncate, seqs)
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.weight(stats, seqs) > 0
+
+
+@dataclass(frozen=True)
+class KeepAll:
+    """The reference update: every token kept."""
+
+    reads_sequences = False
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        import torch
+        return torch.ones_like(stats.advantage, dtype=torch.bool)
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.keep(stats, seqs).double()
