@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_p
 from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report,
                                      combine_by_step)
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB, connect
+from pdm_replay.report.legend import run_coverage
 from pdm_replay.report.render import (render_html, render_json, render_markdown,
                                       render_table)
 
@@ -68,6 +70,7 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
     with connect(cfg.source, **opts) as db:
         report = build_report(db, **boot) if cfg.by is None else None
         steps = logged_steps(db) if cfg.by == "step" else []
+        coverage = run_coverage(db)
         plots = None
         if cfg.format == "html" or cfg.plots_dir is not None:
             from pdm_replay.report.plots import report_plots
@@ -80,7 +83,7 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
         if not per_step:
             raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
                              "(it holds no logged step)")
-        report = combine_by_step(per_step)
+        report = dataclasses.replace(combine_by_step(per_step), coverage=coverage)
     text = render(report, cfg.format, plots)
     if cfg.out is not None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))

@@ -12,6 +12,7 @@ Examples
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -24,6 +25,7 @@ from rich.table import Table
 from pdm_replay.report.attribution import SHARE_COLUMNS
 from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
+from pdm_replay.report.legend import LEGEND, coverage_line
 
 DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
@@ -151,6 +153,24 @@ def _sentence(r: dict[str, Any], kind: str, confidence: float) -> str:
     return text + ", no p-values: the seeds are not independent"
 
 
+THRESHOLD_NAMES = {"eps": "ε", "eps_low": "ε_low", "eps_high": "ε_high", "delta_kl": "δ_KL",
+                   "delta_tv": "δ_TV"}
+
+
+def thresholds_text(report: Report) -> str:
+    """The run's thresholds as ``ε = 0.2, …, δ_TV = 0.15 (from the tokens footer)``."""
+    t = dataclasses.asdict(report.info.thresholds)
+    return (", ".join(f"{THRESHOLD_NAMES.get(k, k)} = {v:g}" for k, v in t.items())
+            + f" (from the {report.info.thresholds_source})")
+
+
+def preamble(report: Report) -> tuple[str, list[str], list[str]]:
+    """``(coverage, warnings, legend)`` lines every format prints (texts: :mod:`.legend`)."""
+    cover = coverage_line(report.coverage) if report.coverage else ""
+    return (cover, [w.message for w in report.warnings],
+            [f"{term}: {text}" for term, text in LEGEND])
+
+
 def headline_sentences(report: Report) -> list[str]:
     """One sentence per basis and comparison, in the paper's form."""
     return [_sentence(r, report.info.kind, report.confidence) + "."
@@ -174,8 +194,12 @@ def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
 def render_table(report: Report, width: int = 160) -> str:
     """Rich tables as plain text (what the terminal shows)."""
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
-    console.print(f"[bold]pdm_replay report[/] — {report.info.source} ({report.info.kind}); "
-                  f"thresholds {report.info.thresholds} from {report.info.thresholds_source}")
+    cover, warns, legend = preamble(report)
+    console.print(f"[bold]pdm_replay report[/] — {report.info.source}; thresholds "
+                  f"{thresholds_text(report)}", highlight=False)
+    console.print(f"coverage: {cover}", highlight=False)
+    for w in warns:
+        console.print(f"[bold]warning:[/] {w}", highlight=False)
     for line in headline_sentences(report):
         console.print(f"• {line}")
     for key, title, frame in report.sections():
@@ -186,6 +210,9 @@ def render_table(report: Report, width: int = 160) -> str:
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
+    console.print("[bold]Legend[/]")
+    for line in legend:
+        console.print(f"  {line}", highlight=False)
     for note in report.notes:
         console.print(f"note: {note}", highlight=False)
     return console.export_text()
@@ -200,13 +227,17 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(report: Report) -> str:
-    parts = [f"# pdm_replay report\n\n`{report.info.source}` ({report.info.kind}); "
-             f"thresholds `{report.info.thresholds}` from {report.info.thresholds_source}.\n",
-             "\n".join(f"- {s}" for s in headline_sentences(report)) + "\n"]
+    cover, warns, legend = preamble(report)
+    parts = [f"# pdm_replay report\n\n`{report.info.source}`; thresholds "
+             f"{thresholds_text(report)}.\n\n**Coverage:** {cover}\n"]
+    if warns:
+        parts.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns) + "\n")
+    parts.append("\n".join(f"- {s}" for s in headline_sentences(report)) + "\n")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         parts.append(f"## {title}\n\n" + (_markdown_table(header, rows) if rows
                                            else "(no rows)") + "\n")
+    parts.append("## Legend\n\n" + "\n".join(f"- {line}" for line in legend) + "\n")
     if report.notes:
         parts.append("## Notes\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
     return "\n".join(parts)
@@ -220,7 +251,8 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;colo
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}"""
+img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}.warning{color:#a00}
+td{white-space:nowrap}dt{font-weight:bold}dd{margin:0 0 0.4em 1.5em}"""
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -232,12 +264,15 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
     """One self-contained page: tables, notes and the PNG ``plots`` inlined as base64."""
-    info = report.info
-    parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(info.source))}</code> "
-             f"({info.kind}); thresholds <code>{html.escape(str(info.thresholds))}</code> "
-             f"from {html.escape(info.thresholds_source)}.</p><ul>"
-             + "".join(f"<li>{html.escape(s)}</li>" for s in headline_sentences(report))
-             + "</ul>"]
+    cover, warns, legend = preamble(report)
+    parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(report.info.source))}"
+             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"
+             f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>']
+    if warns:
+        parts.append('<h2>Warnings</h2><ul class="warnings">' + "".join(
+            f'<li class="warning">{html.escape(w)}</li>' for w in warns) + "</ul>")
+    parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>"
+                                  for s in headline_sentences(report)) + "</ul>")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         parts.append(f"<h2>{html.escape(title)}</h2>"
@@ -246,6 +281,8 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{html.escape(PLOT_TITLES.get(name, name))}</h2>"
                      f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    parts.append("<h2>Legend</h2><dl>" + "".join(
+        f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>" for t, x in LEGEND) + "</dl>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(
             f'<li class="note">{html.escape(n)}</li>' for n in report.notes) + "</ul>")
