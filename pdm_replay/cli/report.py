@@ -64,6 +64,9 @@ def report(
                                              help="The same for the TV family."),
     by: Optional[str] = typer.Option(None, "--by",
                                      help="step: every section per logged step."),
+    wide: bool = typer.Option(False, "--wide",
+                              help="--format table: every column (default: the key columns "
+                                   "in 100 terminal columns, the others named)."),
 ) -> None:
     """Headline direction analysis per update basis (`actual`: the trainer's real step,
     first when present; `own`: each mask's own simulated update; `none`: keep-all) and
@@ -78,7 +81,7 @@ def report(
                        memory_limit=memory_limit, threads=threads,
                        bootstrap_samples=bootstrap_samples, confidence=confidence,
                        bootstrap_seed=bootstrap_seed, delta_kl=delta_kl, delta_tv=delta_tv,
-                       by=by)
+                       by=by, wide=wide)
     try:
         _, text = produce_report(cfg)
     except ERRORS as err:

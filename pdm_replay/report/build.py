@@ -54,6 +54,7 @@ class ReportConfig:
     delta_kl: float | None = None  # re-threshold the direction analysis (report time)
     delta_tv: float | None = None
     by: str | None = None  # "step": every section per logged step
+    wide: bool = False  # table format: every column, not the 100-column selection
 
     def thresholds(self) -> dict[str, float]:
         """The report-time thresholds given (``delta_kl`` / ``delta_tv``)."""

@@ -40,10 +40,12 @@ from pdm_replay.report.render import (render_html, render_json, render_markdown,
 SQL_FORMATS = ("table", "csv", "json", "parquet")
 
 
-def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None) -> str:
-    """``report`` as text in ``fmt`` (one of :data:`FORMATS`); html embeds ``plots``."""
+def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None,
+           wide: bool = False) -> str:
+    """``report`` as text in ``fmt`` (one of :data:`FORMATS`); html embeds ``plots``;
+    ``wide``: the table format shows every column (default: 100 terminal columns)."""
     if fmt == "table":
-        return render_table(report)
+        return render_table(report, wide=wide)
     if fmt == "markdown":
         return render_markdown(report)
     if fmt == "json":
@@ -84,7 +86,7 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
             raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
                              "(it holds no logged step)")
         report = dataclasses.replace(combine_by_step(per_step), coverage=coverage)
-    text = render(report, cfg.format, plots)
+    text = render(report, cfg.format, plots, cfg.wide)
     if cfg.out is not None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
     if cfg.plots_dir is not None and plots:

@@ -55,7 +55,9 @@ BASIS_TEXT = {"actual": "under the trainer's actual update",
 PLOT_TITLES = {
     "kept_deltas": "ΔD of kept disagreement tokens, under the keeping mask's own update",
     "direction_terms": "Local vs global term of the KL slope (out-of-region tokens)",
-    "seed_rates": "Per-seed unsafe-keep rate: ratio vs predictive",
+    "seed_rates": "Per-seed unsafe-keep rate: ratio (x) vs predictive (y); a point below the "
+                  "diagonal is a seed where predictive kept fewer unsafe tokens (lower is "
+                  "better)",
 }
 
 
@@ -67,6 +69,8 @@ def format_value(column: str, value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if not isinstance(value, float):
         return str(value)
     column = column.split("@")[0]  # a threshold comparison's <column>@<δ>
@@ -96,10 +100,9 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
     rows = []
     for r in wins.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
-        row.update({k: format_value(k, r[k]) for k in ("basis", "family", "estimator",
-                                                        "delta", "n_seeds")})
-        row["W / L / T / empty"] = (f"{r['wins']} / {r['losses']} / {r['ties']} / "
-                                    f"{r['empty_seeds']}")
+        row.update({HEADLINE_LABELS[k]: format_value(k, r[k])
+                    for k in ("basis", "family", "estimator", "delta", "n_seeds")})
+        row["W/L/T/empty"] = f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
         row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
         row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
         row["Wilcoxon p"] = format_value("wilcoxon_p", r["wilcoxon_p"])
@@ -107,8 +110,8 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
                 ("unsafe_diff_pooled", "ci_low", "ci_high", "Δ unsafe ratio − pred. (pooled)"),
                 ("unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high",
                  "Δ unsafe (seed mean)")):
-            row[f"{label} [{ci}]"] = (f"{format_value(name, r[name])} "
-                                      f"[{format_value(lo, r[lo])}, {format_value(hi, r[hi])}]")
+            bounds = [format_value(c, r[c]).removesuffix(" pp") for c in (lo, hi)]
+            row[f"{label} [{ci}]"] = f"{format_value(name, r[name])} [{', '.join(bounds)}]"
         row["bootstrap"] = f"B = {r['bootstrap_resamples']}, {r['bootstrap_clusters']} samples"
         rows.append(row)
     columns = list(rows[0]) if rows else ["basis"]
@@ -191,9 +194,60 @@ def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
                            for r in frame.rows()]
 
 
-def render_table(report: Report, width: int = 160) -> str:
-    """Rich tables as plain text (what the terminal shows)."""
-    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+# the headline columns a 100-column terminal shows (``--wide``: every column); corrective
+# keeps are left out there: they are 100% − unsafe keeps (report.legend)
+NARROW = {"headline": ("step", "update", "family", "estimator", "δ", "unsafe: ratio (pooled)",
+                       "unsafe: pred. (pooled)", "unsafe: ratio (seed mean)",
+                       "unsafe: pred. (seed mean)", "seeds", "disagreements / seed"),
+          "seed_wins": ("step", "update", "family", "estimator", "δ", "W/L/T/empty",
+                        "sign test p", "Wilcoxon p")}
+TERMINAL_WIDTH = 100
+
+
+def column_label(name: str) -> str:
+    """A header without snake_case: ``n_out_of_region`` -> ``n out of region``."""
+    return name.replace("_", " ")
+
+
+def _fit(header: list[str], rows: list[list[str]], width: int
+         ) -> tuple[list[int], list[str]]:
+    """Indices of the leading columns that fit ``width`` (each at its widest cell or its
+    longest header word, + 3 for borders and padding), and the names left out."""
+    used, keep = 1, []
+    for i, h in enumerate(header):
+        need = max([len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]) + 3
+        if keep and used + need > width:
+            return keep, [header[j] for j in range(i, len(header))]
+        keep.append(i)
+        used += need
+    return keep, []
+
+
+def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
+                    ) -> tuple[list[str], list[list[str]], list[str]]:
+    header, rows = _cells(key, frame, confidence)
+    if key not in NARROW and key not in ("headline", "seed_wins"):
+        header = [column_label(h) for h in header]
+    if wide:
+        return header, rows, []
+    chosen = NARROW.get(key)
+    if chosen and frame.height:
+        pos = {h: i for i, h in enumerate(header)}
+        idx = [pos[h] for h in chosen if h in pos] + [
+            i for i, h in enumerate(header) if h.startswith("Δ unsafe ratio")]
+        dropped = [h for i, h in enumerate(header) if i not in idx]
+        header, rows = [header[i] for i in idx], [[r[i] for i in idx] for r in rows]
+    else:
+        dropped = []
+    keep, more = _fit(header, rows, TERMINAL_WIDTH)
+    return ([header[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped + more)
+
+
+def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
+    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
+    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
+    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
+                      color_system=None)
     cover, warns, legend = preamble(report)
     console.print(f"[bold]pdm_replay report[/] — {report.info.source}; thresholds "
                   f"{thresholds_text(report)}", highlight=False)
@@ -201,15 +255,19 @@ def render_table(report: Report, width: int = 160) -> str:
     for w in warns:
         console.print(f"[bold]warning:[/] {w}", highlight=False)
     for line in headline_sentences(report):
-        console.print(f"• {line}")
+        console.print(f"• {line}", highlight=False)
     for key, title, frame in report.sections():
-        header, rows = _cells(key, frame, report.confidence)
+        header, rows, left_out = _terminal_cells(key, frame, report.confidence, wide)
         table = Table(title=title, title_justify="left")
-        for h in header:
-            table.add_column(h, overflow="fold")
+        for i, h in enumerate(header):  # headers wrap at words; cells stay whole
+            table.add_column(h, overflow="fold", width=None if wide else max(
+                [len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]))
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
+        if rows and left_out:
+            console.print(f"  ({len(left_out)} more columns with --wide: "
+                          f"{', '.join(left_out)})", highlight=False)
     console.print("[bold]Legend[/]")
     for line in legend:
         console.print(f"  {line}", highlight=False)
