@@ -34,10 +34,11 @@ from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report
                                      combine_by_step)
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB, connect
 from pdm_replay.report.legend import run_coverage
-from pdm_replay.report.render import (render_html, render_json, render_markdown,
-                                      render_table)
+from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
+                                      render_markdown, render_table)
 
 SQL_FORMATS = ("table", "csv", "json", "parquet")
+MAX_CELL = 40  # characters of a text cell in the sql table (csv/json/parquet keep all)
 
 
 def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None,
@@ -190,13 +191,35 @@ def _table_text(reader: pa.RecordBatchReader, max_rows: int) -> str:
     shown = pa.Table.from_batches(batches, reader.schema)
     more = shown.num_rows > max_rows
     frame = pl.DataFrame(pl.from_arrow(shown.slice(0, max_rows)))
+    rows = [[sql_cell(v) for v in row] for row in frame.rows()]
+    keep, left_out = fit_columns(frame.columns, rows, TERMINAL_WIDTH)
+    if len(rows) == 1 and left_out:  # one wide row reads better as (column, value) lines
+        frame = pl.DataFrame({"column": frame.columns, "value": rows[0]})
+        rows, keep, left_out = [list(r) for r in frame.rows()], [0, 1], []
     table = Table(show_lines=False)
-    for name in frame.columns:
-        table.add_column(name, overflow="fold")
-    for row in frame.rows():
-        table.add_row(*("NULL" if v is None else str(v) for v in row))
-    console = Console(file=io.StringIO(), width=200, record=True, color_system=None)
+    for i in keep:
+        table.add_column(frame.columns[i], overflow="fold", width=max(
+            [len(r[i]) for r in rows] + [len(frame.columns[i])]))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True, color_system=None)
     console.print(table)
+    if left_out:
+        console.print(f"({len(left_out)} more columns: {', '.join(left_out)}; select fewer "
+                      "or use --format csv/json/parquet)", highlight=False)
     if more:
         console.print(f"(first {max_rows} rows shown; use --format csv/json/parquet for all)")
     return console.export_text()
+
+
+def sql_cell(value: object) -> str:
+    """A query result cell: NULL, floats by magnitude (4 significant digits, scientific
+    below 1e-4), thousands separators, long texts cut at :data:`MAX_CELL` characters."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    text = ", ".join(map(sql_cell, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"

@@ -209,7 +209,7 @@ def column_label(name: str) -> str:
     return name.replace("_", " ")
 
 
-def _fit(header: list[str], rows: list[list[str]], width: int
+def fit_columns(header: list[str], rows: list[list[str]], width: int
          ) -> tuple[list[int], list[str]]:
     """Indices of the leading columns that fit ``width`` (each at its widest cell or its
     longest header word, + 3 for borders and padding), and the names left out."""
@@ -239,7 +239,7 @@ def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
         header, rows = [header[i] for i in idx], [[r[i] for i in idx] for r in rows]
     else:
         dropped = []
-    keep, more = _fit(header, rows, TERMINAL_WIDTH)
+    keep, more = fit_columns(header, rows, TERMINAL_WIDTH)
     return ([header[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped + more)
 
 

@@ -39,3 +39,19 @@ def test_numbers_by_magnitude() -> None:
     assert format_value("n_tokens", 1_234_567) == "1,234,567"
     assert format_value("n_tokens", 9999) == "9999"
     assert format_value("unsafe_diff_pooled", -0.222) == "-22.2 pp"
+
+
+def test_sql_table_fits_and_names_the_columns_left_out(hand_run: Path) -> None:
+    result = runner.invoke(app, ["sql", str(hand_run), "SELECT * FROM tokens"])
+    assert result.exit_code == 0, result.output
+    assert max(map(len, result.stdout.splitlines())) <= 100
+    assert "more columns:" in result.stdout and "keep_pdm_kl_agg" in result.stdout
+
+
+def test_sql_one_row_is_transposed_and_numbers_by_magnitude(hand_run: Path) -> None:
+    q = "SELECT 9.39e-06::DOUBLE AS tiny, 123456 AS big, NULL AS nothing, * FROM log_health"
+    result = runner.invoke(app, ["sql", str(hand_run), q])
+    assert result.exit_code == 0, result.output
+    lines = {tuple(c.strip() for c in line.strip("│ ").split("│")) for line in
+             result.stdout.splitlines() if line.startswith("│")}
+    assert {("tiny", "9.39e-06"), ("big", "123,456"), ("nothing", "NULL")} <= lines
