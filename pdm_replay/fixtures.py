@@ -143,3 +143,24 @@ def write_synthetic_log(target: Path | str, cfg: SyntheticLogConfig | None = Non
         for table in iter_synthetic_chunks(cfg):
             writer.append(table)
     return Path(target)
+
+
+TINY_VOCAB = 384
+
+
+def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB):  # -> transformers.Qwen3ForCausalLM
+    """A random 2-layer Qwen3ForCausalLM with hidden size 32 (logits std ~1 via init)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=8, max_position_embeddings=128, tie_word_embeddings=False,
+                      initializer_range=0.2)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def save_tiny(path: Path, seed: int, vocab: int = TINY_VOCAB) -> Path:
+    """:func:`tiny_qwen3` saved with ``save_pretrained`` (safetensors) at ``path``."""
+    tiny_qwen3(seed, vocab).save_pretrained(path)
+    return path

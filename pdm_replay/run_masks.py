@@ -30,11 +30,11 @@ import torch
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
-from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches, read_meta
+from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
 from pdm_replay.masks import MASKS, Mask, Thresholds, build_masks, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, tokens_schema
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
-from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids
+from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
 
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
@@ -163,7 +163,8 @@ def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Roll
     first problem raises."""
     file, first, batch = item
     report = ValidationReport(str(file), max_errors=1)
-    flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False)
+    flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False,
+                       max_topk=meta.max_topk_entries)
     _raise_first(report)
     if flat is None:
         return batch.num_rows, None
@@ -198,7 +199,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     ``on_progress(rows_done, tokens_done)`` is called after each record batch.
     """
     names = resolve_names(cfg.masks)
-    meta = read_meta(cfg.log)
+    meta = check_schema(cfg.log)  # validate's file-level checks before any row is read
     _check_train_columns(cfg.log)
     vocab = cfg.vocab_size or meta.vocab_size
     masks = build_masks(names, cfg.thresholds)

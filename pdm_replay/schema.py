@@ -221,17 +221,39 @@ class RolloutMeta:
                              f"expected one of {CONVENTIONS} / {LOGPROBS_MODES}")
         known = {"vocab_size", "top_k", "topk_convention", "logprobs_mode", "tokenizer",
                  "temperature", "top_p", "top_k_sampling", SCHEMA_KEY}
-        opt = lambda k, f: f(md[k]) if md.get(k) not in (None, "", "None") else None  # noqa: E731
-        return cls(vocab_size=int(md["vocab_size"]), top_k=int(md["top_k"]),
+        opt = lambda k, f: _number(md, k, f, source) if md.get(k) not in (None, "", "None") \
+            else None  # noqa: E731
+        return cls(vocab_size=_number(md, "vocab_size", int, source),
+                   top_k=_number(md, "top_k", int, source),
                    topk_convention=conv, logprobs_mode=mode, tokenizer=md.get("tokenizer"),
                    temperature=opt("temperature", float), top_p=opt("top_p", float),
                    top_k_sampling=opt("top_k_sampling", int),
                    extra={k: v for k, v in md.items() if k not in known})
 
     @property
+    def max_topk_entries(self) -> int:
+        """The most entries a top-K row may hold: K, plus the sampled token that
+        ``plus_sampled`` appends when it is not among the top K."""
+        return self.top_k + (self.topk_convention == "plus_sampled")
+
+    @property
     def truncated_sampler(self) -> bool:
         """True when the sampler renormalised over a truncated set (top-p < 1 or top-k > 0)."""
         return (self.top_p is not None and self.top_p < 1.0) or bool(self.top_k_sampling)
+
+
+def _number(md: dict[str, str], key: str, kind: type, source: str) -> int | float:
+    """The footer value ``key`` as ``kind``; a ``ValueError`` naming ``source`` otherwise."""
+    try:
+        value = kind(md[key])
+    except ValueError:
+        raise ValueError(f"{source}: footer metadata {key}={md[key]!r} is not a "
+                         f"{'whole number' if kind is int else 'number'}; fix the footer "
+                         "(write the log with pdm_replay.io.write_rollouts or `pdm-replay "
+                         "ingest`)") from None
+    if (key == "vocab_size" and value <= 0) or (key == "top_k" and value < 0):
+        raise ValueError(f"{source}: footer metadata {key}={md[key]!r} is out of range")
+    return value
 
 
 def schema_document(schema: pa.Schema) -> dict:

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from pdm_replay.errors import InputError
 from pdm_replay.io.reader import (BATCH_TOKENS, PAD_ID, FlatTokens, flatten_batch,
-                                  iter_record_batches, list_parquet_files)
+                                  iter_record_batches, list_parquet_files, read_meta,
+                                  read_schema)
 from pdm_replay.math.support import mass_overflow
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
 
@@ -188,9 +189,11 @@ def _bad_logprobs(scalar: np.ndarray, topk: np.ndarray | None, pad: np.ndarray
     return nonfinite, positive
 
 
-def _token_checks(batch: pa.RecordBatch, flat: FlatTokens, vocab: int
-                  ) -> dict[str, tuple[np.ndarray | None, str]]:
-    """Per-token error masks ``(N,)`` (None: none) with a message, for length-clean rows.
+def _token_checks(batch: pa.RecordBatch, flat: FlatTokens, vocab: int,
+                  max_topk: int | None = None) -> dict[str, tuple[np.ndarray | None, str]]:
+    """Per-token error masks ``(N,)`` (None: none) with a message, for length-clean rows;
+    ``max_topk`` is the most entries a top-K row may hold (the footer's K, plus one for
+    ``plus_sampled``), None: unchecked.
 
     Padding slots hold ``PAD_ID`` and a ``-inf`` log-prob (:func:`flatten_batch`), so the
     log-prob checks only mask padding where ``-inf`` itself is the problem.
@@ -198,10 +201,14 @@ def _token_checks(batch: pa.RecordBatch, flat: FlatTokens, vocab: int
     ids = flat.topk_ids
     pad = ids == PAD_ID
     nonfinite, positive = _bad_logprobs(flat.logp_behavior, flat.topk_logprobs, pad)
+    n_ids = _inner_lengths(batch, "topk_ids")
     checks = {
-        "topk-length": (_rows(_inner_lengths(batch, "topk_ids")
-                              != _inner_lengths(batch, "topk_logprobs")),
+        "topk-length": (_rows(n_ids != _inner_lengths(batch, "topk_logprobs")),
                         "topk_ids and topk_logprobs rows differ in length"),
+        "topk-too-long": (None if max_topk is None else _rows(n_ids > max_topk),
+                          f"top-K row has more than {max_topk} entries, the most the "
+                          "footer's top_k and topk_convention allow; re-log with the K the "
+                          "engine returned, or fix the footer's top_k"),
         "token-id-range": (_rows((flat.token_id < 0) | (flat.token_id >= vocab)),
                            f"response token id outside [0, {vocab})"),
         "topk-id-range": (_rows((ids < PAD_ID) | (ids >= vocab)),
@@ -248,9 +255,11 @@ def check_sample_ids(batch: pa.RecordBatch, file: str, first_row: int,
 
 
 def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
-                report: ValidationReport, seen: set[str], *, summarise: bool = True
-                ) -> FlatTokens | None:
+                report: ValidationReport, seen: set[str], *, summarise: bool = True,
+                max_topk: int | None = None) -> FlatTokens | None:
     """Check one record batch into ``report``; returns the flattened length-clean rows.
+
+    ``max_topk``: the most entries a top-K row may hold (:attr:`RolloutMeta.max_topk_entries`).
 
     ``summarise=False`` skips the statistics only ``validate`` prints (K histogram, top-K
     mass coverage, steps): callers that just need the errors save a pass over the batch.
@@ -266,7 +275,7 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
     report.tokens += len(flat)
     if summarise:
         _summarise(report, batch, flat)
-    for kind, (bad, msg) in _token_checks(batch, flat, vocab).items():
+    for kind, (bad, msg) in _token_checks(batch, flat, vocab, max_topk).items():
         if bad is None:
             continue
         idx = np.flatnonzero(bad)
@@ -276,6 +285,27 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
         if len(idx) > room:
             report.error_counts[kind] += len(idx) - room
     return flat
+
+
+def check_schema(path: Path | str) -> RolloutMeta:
+    """``validate``'s file-level checks (readable footer, footer metadata, every required
+    column with its type) on every file of the log; the first problem raises an
+    :class:`~pdm_replay.errors.InputError`. Returns the footer metadata (:func:`read_meta`).
+
+    ``masks`` and ``replay`` run this before reading any row.
+    """
+    report = ValidationReport(str(path), max_errors=1)
+    for f in list_parquet_files(path):
+        try:
+            schema = read_schema(f)
+            RolloutMeta.from_metadata(schema.metadata, str(f))
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+        if not _check_columns(schema, str(f), report):
+            raise InputError(f"{report.errors[0]}", fix="run `pdm-replay validate` on the "
+                             "log for every problem; re-create it with `pdm-replay ingest` "
+                             "or pdm_replay.io.write_rollouts")
+    return read_meta(path)
 
 
 def validate_log(path: Path | str, *, max_errors: int = 50,
@@ -291,17 +321,26 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
     seen: set[str] = set()
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            schema = read_schema(f)
             meta = RolloutMeta.from_metadata(schema.metadata, str(f))
-        except (ValueError, pa.ArrowInvalid, OSError) as exc:
+        except InputError as exc:
+            report.add(Problem(str(f), None, None, "unreadable", exc.message
+                               + (f"; {exc.fix}" if exc.fix else "")))
+            continue
+        except (ValueError, OSError) as exc:
             report.add(Problem(str(f), None, None, "footer", str(exc)))
             continue
         report.meta = report.meta or meta
         if not _check_columns(schema, str(f), report):
             continue
-        for _, first, batch in iter_record_batches(f, batch_rows=batch_rows,
-                                                   max_tokens=BATCH_TOKENS):
-            check_batch(batch, str(f), first, meta.vocab_size, report, seen)
+        try:
+            for _, first, batch in iter_record_batches(f, batch_rows=batch_rows,
+                                                       max_tokens=BATCH_TOKENS):
+                check_batch(batch, str(f), first, meta.vocab_size, report, seen,
+                            max_topk=meta.max_topk_entries)
+        except InputError as exc:  # a corrupt page: the rest of this file is unreadable
+            report.add(Problem(str(f), None, None, "unreadable", exc.message
+                               + (f"; {exc.fix}" if exc.fix else "")))
     if report.meta and report.meta.truncated_sampler and report.meta.logprobs_mode == "processed":
         report.warning_counts["truncated-sampler"] += 1
     return report

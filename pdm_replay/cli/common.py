@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Iterator, NoReturn
 
@@ -11,13 +12,19 @@ from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
+from pdm_replay.cli.errors import debug_enabled
+
 console = Console()
 err_console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` as an error on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    """Print ``message`` as an error on stderr and exit with ``code``; under ``--debug``,
+    called while handling an exception, re-raise it instead (its traceback is shown)."""
+    if debug_enabled() and sys.exc_info()[1] is not None:
+        raise  # noqa: PLE0704 - the exception being handled by the caller
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -21,7 +21,10 @@ def dashboard(
                                "updates/) or the tokens file written by `pdm-replay masks`."),
     port: int = typer.Option(8501, "--port", "-p", help="Port to serve on."),
     host: str = typer.Option("127.0.0.1", "--host",
-                             help="Address to bind; the default serves this machine only."),
+                             help="Address to bind; the default serves this machine only. "
+                             "The dashboard has no authentication: any other address "
+                             "(0.0.0.0) shows the run to whoever reaches the port (a "
+                             "warning is printed)."),
     tokenizer: Optional[str] = typer.Option(
         None, "--tokenizer", help="Tokenizer (local directory or cached hub name) for decoded "
         "text; default: the one the log metadata names, else the checkpoint's."),
@@ -37,6 +40,10 @@ def dashboard(
         launch.check_ready(cfg)
     except (ValueError, FileNotFoundError, ImportError) as err:
         fail(str(err))
+    warning = launch.exposure_warning(cfg)
+    if warning:
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False,
+                          soft_wrap=True)
     err_console.print(f"serving {escape(str(run))} on http://{host}:{port} (Ctrl-C to stop)",
                       highlight=False)
     code = launch.run_dashboard(cfg, os.environ)

@@ -6,13 +6,12 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.io.reader import list_parquet_files
+from pdm_replay.io.reader import count_rows
 from pdm_replay.masks import MASKS, Thresholds
 from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
 
@@ -92,7 +91,7 @@ def masks(
                       vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
                       threads=threads)
     try:
-        total = sum(pq.ParquetFile(f).metadata.num_rows for f in list_parquet_files(log))
+        total = count_rows(log)
         start = time.perf_counter()
         with progress_bar("masks", total, "samples") as bar:
             def tick(rows: int, tokens: int) -> None:

@@ -104,7 +104,9 @@ def replay(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="Training-policy checkpoint "
                                     "directory θ_t (save_pretrained, safetensors)."
                                     + PATH_TEMPLATE),
-    out: Path = typer.Option(..., "--out", "-o", help="Run directory to create."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory to create; locked "
+                             "(RUN_DIR/.lock) while this replay writes it: a second replay "
+                             "on it fails at once, naming this one's PID."),
     behavior_checkpoint: Optional[Path] = typer.Option(
         None, "--behavior-checkpoint", help="Behaviour-policy checkpoint: adds exact "
         "full-vocabulary kl_exact / dkl_exact columns and the reloaded-vs-logged µ gaps "

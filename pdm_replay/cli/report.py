@@ -110,9 +110,10 @@ def sql(
     memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="DuckDB threads."),
 ) -> None:
-    """Run one SQL query over a run's views (read-only: the connection may read the run's
-    files and nothing else). Example: pdm-replay sql RUN "SELECT * FROM disagreements
-    WHERE seed = $s" -p s 3"""
+    """Run one SQL query over a run's views (read-only: exactly one SELECT/WITH/FROM/
+    DESCRIBE/SUMMARIZE statement; COPY, EXPORT, ATTACH, DDL and SET are refused, and the
+    connection may read the run's files and nothing else). Example:
+    pdm-replay sql RUN "SELECT * FROM disagreements WHERE seed = $s" -p s 3"""
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
                     format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)

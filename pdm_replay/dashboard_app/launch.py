@@ -43,6 +43,25 @@ class DashboardConfig:
             raise ValueError(f"--port {self.port}: must be in 1..65535")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def exposure_warning(cfg: DashboardConfig) -> str | None:
+    """A warning when ``cfg.host`` serves more than this machine (None for loopback).
+
+    >>> exposure_warning(DashboardConfig(run=Path("r"), host="0.0.0.0"))[:39]
+    'the dashboard has no authentication: 0.'
+    >>> exposure_warning(DashboardConfig(run=Path("r"))) is None
+    True
+    """
+    if cfg.host in LOOPBACK or cfg.host.startswith("127."):
+        return None
+    return (f"the dashboard has no authentication: {cfg.host}:{cfg.port} shows this run's "
+            "data (token text included) to anyone who can reach the port; keep the default "
+            "--host 127.0.0.1 and use an SSH tunnel (ssh -L 8501:localhost:8501 HOST), or "
+            "put it behind an authenticating proxy")
+
+
 def streamlit_command(cfg: DashboardConfig) -> list[str]:
     """The ``python -m streamlit run`` command line: headless, no usage statistics, no file
     watcher, no developer toolbar, bound to ``cfg.host`` only."""

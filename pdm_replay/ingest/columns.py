@@ -46,7 +46,9 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from pdm_replay.errors import reading
 from pdm_replay.ingest.records import (IngestError, Location, Reject, Rows, json_rows,
                                        sampling_of)
 from pdm_replay.io.reader import open_parquet
@@ -166,6 +168,12 @@ def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Ro
                      f"mapped columns {', '.join(missing)} are not in the file; it has "
                      f"{', '.join(pf.schema_arrow.names)}")
         return
+    with reading(path):  # a corrupt page fails mid-file: an error naming it
+        yield from _parquet_rows(path, pf, mapping, chunk_rows)
+
+
+def _parquet_rows(path: Path, pf: pq.ParquetFile, mapping: ColumnMapping,
+                  chunk_rows: int) -> Iterator[Rows]:
     first = 0
     for batch in pf.iter_batches(batch_size=chunk_rows,
                                  columns=mapping.sources):

@@ -113,6 +113,18 @@ class _Run:
         self.summary.reasons[_kind(item.reason)] += 1
         self.rejects_fh.write(json.dumps({**item.where.as_dict(), "reason": item.reason}) + "\n")
 
+    def max_topk(self) -> int | None:
+        """The most entries a top-K row may hold when K is known (``--top-k`` or the
+        records' sampler settings, e.g. vLLM's ``logprobs``); None while it is not."""
+        k = self.cfg.top_k if self.cfg.top_k is not None else self.hints.get("top_k",
+                                                                             (None,))[0]
+        if k is None:
+            return None
+        convention = (self.cfg.topk_convention or self.hints.get("topk_convention", (None,))[0]
+                      or FORMATS[self.cfg.fmt].topk_convention)
+        return RolloutMeta(vocab_size=1, top_k=int(k),
+                           topk_convention=convention).max_topk_entries
+
     def hint(self, sampling: dict[str, Any], where: Location) -> None:
         for key, value in sampling.items():
             if key not in self.hints:
@@ -178,7 +190,8 @@ class _Stage(AtomicParquetWriter):
 def _write(run: _Run, item: Rows, writer: _Stage) -> None:
     table, where, rejects = _structured(item, writer.meta)
     if table.num_rows:
-        table, where, more = _split(table, where, row_problems(table, run.vocab, run.seen))
+        table, where, more = _split(table, where, row_problems(table, run.vocab, run.seen,
+                                                               run.max_topk()))
         rejects += more
     order = {id(w): i for i, w in enumerate(item.where)}
     for r in sorted(rejects, key=lambda r: order[id(r.where)]):  # first bad record first
@@ -255,6 +268,8 @@ def _stage(cfg: IngestConfig, run: _Run, stage: Path,
                 if isinstance(item, Reject):
                     run.reject(item)
                     continue
+                if not item.where:  # an empty chunk (a file of no rows)
+                    continue
                 run.hint(item.sampling, item.where[0])
                 run.summary.notes.update(item.notes)
                 if isinstance(item.rows, list):
@@ -297,8 +312,11 @@ def ingest(cfg: IngestConfig, on_progress: Callable[[int, int], None] | None = N
             rejects_tmp.replace(cfg.rejects_path)
             run.summary.rejects_path = cfg.rejects_path
         if run.summary.rows == 0:
-            raise IngestError(f"no usable records in {len(cfg.inputs)} input(s)"
-                              + (f"; reasons in {cfg.rejects_path}" if fh else ""))
+            names = ", ".join(str(p) for p in cfg.inputs[:3]) + (
+                f" and {len(cfg.inputs) - 3} more" if len(cfg.inputs) > 3 else "")
+            raise IngestError(f"{names}: no usable records in {len(cfg.inputs)} input(s)"
+                              + (f"; reasons in {cfg.rejects_path}" if fh else
+                                 "; check --from matches the files' format"))
         meta = _final_meta(cfg, run)
         with RolloutWriter(cfg.out, meta) as writer:
             for batch in open_parquet(stage).iter_batches(batch_size=cfg.chunk_rows):

@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 
+from pdm_replay.errors import InputError
+
 # Per-sample fields a JSON record may carry next to the engine's own output (README).
 SAMPLE_FIELDS = ("sample_id", "step", "group_id", "prompt_ids", "reward", "loss_mask",
                  "train_logprobs", "train_topk_logprobs")
@@ -32,7 +34,7 @@ SAMPLE_FIELDS = ("sample_id", "step", "group_id", "prompt_ids", "reward", "loss_
 NOTES = "__notes__"
 
 
-class IngestError(ValueError):
+class IngestError(InputError):
     """A record (or a whole input) that cannot become a rollout/v1 row."""
 
 

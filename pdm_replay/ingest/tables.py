@@ -146,9 +146,11 @@ def _optional(rd: _Reader, batch: PaddedBatch, lengths: np.ndarray, n_ids: np.nd
         batch.group_id = rd.col("group_id").to_pylist()
 
 
-def row_problems(table: pa.Table, vocab: int, seen: set[str]) -> dict[int, str]:
+def row_problems(table: pa.Table, vocab: int, seen: set[str],
+                 max_topk: int | None = None) -> dict[int, str]:
     """``{row: reason}``: a ``sample_id`` already in ``seen`` (which is updated), then the
-    first finding of ``pdm_replay.validate.check_batch`` (the checks of ``validate``)."""
+    first finding of ``pdm_replay.validate.check_batch`` (the checks of ``validate``;
+    top-K rows of more than ``max_topk`` entries included)."""
     problems: dict[int, str] = {}
     ids = table.column("sample_id").to_pylist()
     for i, sid in enumerate(ids):
@@ -159,7 +161,7 @@ def row_problems(table: pa.Table, vocab: int, seen: set[str]) -> dict[int, str]:
         return problems
     report = ValidationReport("", max_errors=1 << 40)
     check_batch(table.combine_chunks().to_batches()[0], "", 0, vocab, report, set(),
-                summarise=False)
+                summarise=False, max_topk=max_topk)
     row_of = {sid: i for i, sid in enumerate(ids)}
     for p in report.errors:
         at = f"pos {p.pos}: " if p.pos is not None else ""

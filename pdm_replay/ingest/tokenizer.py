@@ -64,21 +64,37 @@ def _is_byte_level(doc: dict) -> bool:
     return any((p or {}).get("type") == "ByteLevel" for p in parts)
 
 
+def _load_tokenizer(path: Path, file: Path) -> Any:
+    """A ``tokenizers.Tokenizer`` from ``file`` (tokenizer.json) or the model directory
+    ``path``; any failure is an :class:`IngestError` naming the file."""
+    try:
+        if file.is_file() and file.suffix == ".json":
+            from tokenizers import Tokenizer
+            return Tokenizer.from_file(str(file))
+        from transformers import AutoTokenizer
+        tok = getattr(AutoTokenizer.from_pretrained(str(path)), "backend_tokenizer", None)
+    except IngestError:
+        raise
+    # tokenizers raises a bare Exception ("data did not match any variant ..."),
+    # transformers OSError/ValueError/JSONDecodeError: all mean the files are unusable.
+    except Exception as exc:  # noqa: BLE001
+        where = file if file.is_file() else path
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise IngestError(f"tokenizer {where}: cannot be loaded ({detail}); pass a valid "
+                          "tokenizer.json or the model directory it came with") from None
+    if tok is None:
+        raise IngestError(f"tokenizer {path}: not a fast tokenizer; pass the "
+                          "directory of its tokenizer.json")
+    return tok
+
+
 class _Backend:
     """The few tokenizer facts we need, from a ``tokenizers`` tokenizer (tokenizer.json,
     or a transformers fast tokenizer's backend)."""
 
     def __init__(self, path: Path) -> None:
         file = path / "tokenizer.json" if path.is_dir() else path
-        if file.is_file() and file.suffix == ".json":
-            from tokenizers import Tokenizer
-            tok = Tokenizer.from_file(str(file))
-        else:
-            from transformers import AutoTokenizer
-            tok = getattr(AutoTokenizer.from_pretrained(str(path)), "backend_tokenizer", None)
-            if tok is None:
-                raise IngestError(f"tokenizer {path}: not a fast tokenizer; pass the "
-                                  "directory of its tokenizer.json")
+        tok = _load_tokenizer(path, file)
         self.vocab: dict[str, int] = tok.get_vocab(with_added_tokens=True)
         self.added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
         self.size = max(len(self.vocab), max(self.vocab.values(), default=-1) + 1)
@@ -181,8 +197,12 @@ def resolve_vocab_size(vocab_size: int | None, tokenizer: Path | str | None) -> 
     path = Path(tokenizer)
     config = (path if path.is_dir() else path.parent) / "config.json"
     if config.is_file():
-        doc = json.loads(config.read_text())
-        size = doc.get("vocab_size") or (doc.get("text_config") or {}).get("vocab_size")
-        if size:
-            return int(size)
+        try:
+            doc = json.loads(config.read_text())
+            size = doc.get("vocab_size") or (doc.get("text_config") or {}).get("vocab_size")
+            if size:
+                return int(size)
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise IngestError(f"{config}: not a usable model config.json ({exc}); fix it, "
+                              "or pass --vocab-size N") from None
     return TokenMapper(path).backend.size

@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from pathlib import Path
@@ -32,14 +33,46 @@ def _umask() -> int:
     return mask
 
 
+TEMP_SUFFIX = ".pdm.tmp"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def stale_temps(target: Path) -> list[Path]:
+    """Temp files of ``target`` left by a writer that no longer runs (SIGKILL, power loss).
+
+    Temp names are ``.<target name>.<pid>-<random>.pdm.tmp``: only files of that exact
+    form, for this target, whose writer PID is gone on this machine, are listed.
+    """
+    out = []
+    for p in target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"):
+        pid = p.name[len(target.name) + 2:-len(TEMP_SUFFIX)].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            out += [p, *stale_temps(p)]  # a temp's own temp (ingest stages through one)
+    return out
+
+
 def temp_path_for(target: Path) -> Path:
     """A unique hidden temp path in ``target``'s directory (same filesystem, so rename is atomic).
 
+    Named ``.<target name>.<pid>-<random>.pdm.tmp``, so that the next writer of the same
+    target removes the temps a killed writer left (:func:`stale_temps`) and nothing else.
     mkstemp creates it 0600; it gets the mode a plain ``open`` would give (0666 & ~umask),
     so the renamed result is readable like any other output.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    for stale in stale_temps(target):
+        stale.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}-", suffix=TEMP_SUFFIX,
+                                dir=target.parent)
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     return Path(name)
@@ -84,9 +117,12 @@ def writer_options(schema: pa.Schema) -> dict:
     Float leaves get BYTE_STREAM_SPLIT (their exponent bytes then compress: files 7-9%
     smaller) and no min/max statistics (random-looking values prune no row group, and the
     statistics cost 9% of the write); every other leaf gets a dictionary and statistics.
+    Every page gets a CRC32 checksum, which readers verify (``open_parquet``), so silent
+    corruption (a flipped bit in a float page) is an error naming the file; its cost is
+    in benchmarks/README.md.
     """
     others = dictionary_columns(schema)
-    return {"use_dictionary": others, "write_statistics": others,
+    return {"use_dictionary": others, "write_statistics": others, "write_page_checksum": True,
             "column_encoding": {path: "BYTE_STREAM_SPLIT" for path in float_columns(schema)}}
 
 

@@ -194,8 +194,14 @@ def load_policy(path: Path | str, *, dtype: str = "float32", device: str = "cpu"
             path, dtype=DTYPES[dtype], local_files_only=True,
             trust_remote_code=trust_remote_code,
             use_safetensors=files[0].suffix == ".safetensors")
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path}: transformers could not load it: {exc}") from exc
+    # Local files only: whatever from_pretrained raises means the files are unusable
+    # (torch.load alone raises UnpicklingError, RuntimeError, EOFError, even IndexError on
+    # a file that is not a pickle).
+    except Exception as exc:  # noqa: BLE001
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise CheckpointError(f"{path}: transformers could not load it ({type(exc).__name__}: "
+                              f"{detail}); check the files are a complete save_pretrained "
+                              "checkpoint") from exc
     model.to(device).eval()
     vocab = model.get_output_embeddings().weight.shape[0]
     return Policy(model=model, head=make_head(model), vocab_size=int(vocab), source=path)

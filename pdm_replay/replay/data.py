@@ -20,15 +20,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from pdm_replay.io.reader import FlatTokens, list_parquet_files, open_parquet, rows_for_tokens
+from pdm_replay.errors import InputError, reading
+from pdm_replay.io.reader import (FlatTokens, list_parquet_files, open_parquet, read_table,
+                                  rows_for_tokens)
 from pdm_replay.replay.seeds import draw_rows
 from pdm_replay.schema import ROLLOUT_V1
 from pdm_replay.validate import ValidationReport, check_batch
 
 REPLAY_COLUMNS = ("sample_id", "prompt_ids", "response_ids")
 SCAN_TOKENS = 1 << 22  # response tokens per batch of the id scan (int32 ids: ~16 MB)
+CHECK_ROWS = 1024  # rows per batch of the up-front value check
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,12 @@ class LogIndex:
     @classmethod
     def of(cls, path: Path | str) -> "LogIndex":
         files = tuple(list_parquet_files(path))
-        return cls(files, tuple(pq.ParquetFile(f).metadata.num_rows for f in files))
+        return cls(files, tuple(open_parquet(f).metadata.num_rows for f in files))
 
 
 def log_steps(index: LogIndex) -> np.ndarray:
     """The logged ``step`` of every global row ``(n_rows,)`` int64."""
-    parts = [pq.read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
+    parts = [read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
@@ -63,16 +65,24 @@ def read_rows(index: LogIndex, rows: np.ndarray) -> pa.Table:
         start += count
         if local.size == 0:
             continue
-        pf = open_parquet(file)
-        cols = [c for c in names if c in pf.schema_arrow.names]
-        bounds = np.cumsum([0] + [pf.metadata.row_group(g).num_rows
-                                  for g in range(pf.num_row_groups)])
-        groups = np.unique(np.searchsorted(bounds, local, side="right") - 1)
-        for g in groups:
-            in_g = local[(local >= bounds[g]) & (local < bounds[g + 1])] - bounds[g]
-            t = pf.read_row_group(int(g), columns=cols).take(pa.array(in_g))
-            tables.append(t.select(cols).cast(pa.schema([ROLLOUT_V1.field(c) for c in cols])))
+        with reading(file):
+            tables.extend(_read_local(file, local, names))
     return pa.concat_tables(tables, promote_options="default")
+
+
+def _read_local(file: Path, local: np.ndarray, names: list[str]) -> list[pa.Table]:
+    """The rows at sorted in-file indices ``local`` of ``file``, typed as rollout/v1."""
+    tables = []
+    pf = open_parquet(file)
+    cols = [c for c in names if c in pf.schema_arrow.names]
+    bounds = np.cumsum([0] + [pf.metadata.row_group(g).num_rows
+                              for g in range(pf.num_row_groups)])
+    groups = np.unique(np.searchsorted(bounds, local, side="right") - 1)
+    for g in groups:
+        in_g = local[(local >= bounds[g]) & (local < bounds[g + 1])] - bounds[g]
+        t = pf.read_row_group(int(g), columns=cols).take(pa.array(in_g))
+        tables.append(t.select(cols).cast(pa.schema([ROLLOUT_V1.field(c) for c in cols])))
+    return tables
 
 
 @dataclass(frozen=True)
@@ -86,20 +96,16 @@ class SeedBatch:
 
 
 def seed_batch(index: LogIndex, batch_size: int, seed: int, vocab_size: int,
-               rows: np.ndarray | None = None) -> SeedBatch:
+               rows: np.ndarray | None = None, max_topk: int | None = None
+               ) -> SeedBatch:
     """Read seed ``seed``'s batch (``rows``; default the ``by="sample"`` draw of
     ``batch_size``) and flatten it after the ``validate`` checks (per-token lengths, ids,
-    log-probs); the first problem raises ``ValueError`` naming the sample."""
+    log-probs, top-K widths up to ``max_topk``); the first problem raises ``InputError``
+    naming the sample and position."""
     if rows is None:
         rows = draw_rows(index.n_rows, batch_size, seed)
     table = read_rows(index, rows).combine_chunks()
-    batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
-    source = index.files[0].parent if len(index.files) > 1 else index.files[0]
-    report = ValidationReport(str(source), max_errors=1)
-    flat = check_batch(batch, str(source), 0, vocab_size, report, set(), summarise=False)
-    if not report.ok or flat is None:
-        problem = report.errors[0] if report.errors else "no usable rows"
-        raise ValueError(f"seed {seed}: {problem}; run `pdm-replay validate` on the log")
+    flat = _checked(index, table, vocab_size, max_topk, f"seed {seed}: ")
     return SeedBatch(flat=flat, prompts=table["prompt_ids"].to_pylist(),
                      responses=table["response_ids"].to_pylist(),
                      sample_ids=table["sample_id"].to_pylist())
@@ -135,10 +141,38 @@ def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
             raise ValueError(f"{file}: no prompt_ids column; replay needs the prompt tokens "
                              "of every sample: log prompt_ids (rollout/v1 'replay' column)")
         rows = rows_for_tokens(pf, 65536, max_tokens=SCAN_TOKENS)
-        for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=rows):
-            problem = _first_bad(pa.Table.from_batches([batch]), vocab_size)
-            if problem:
-                raise ValueError(f"{file}: {problem}")
+        with reading(file):
+            for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=rows):
+                problem = _first_bad(pa.Table.from_batches([batch]), vocab_size)
+                if problem:
+                    raise InputError(problem, file=file)
     if index.n_rows == 0:
         raise ValueError(f"{path}: the log holds no rows")
     return index
+
+
+def _checked(index: LogIndex, table: pa.Table, vocab_size: int, max_topk: int | None,
+             label: str = "") -> FlatTokens:
+    """``table``'s rows flattened after ``validate``'s checks; the first problem raises."""
+    batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
+    source = index.files[0].parent if len(index.files) > 1 else index.files[0]
+    report = ValidationReport(str(source), max_errors=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are reported
+        flat = check_batch(batch, str(source), 0, vocab_size, report, set(),
+                           summarise=False, max_topk=max_topk)
+    if not report.ok or flat is None:
+        problem = report.errors[0] if report.errors else "no usable rows"
+        raise InputError(f"{label}{problem}", fix="run `pdm-replay validate` on the log for "
+                         "every problem")
+    return flat
+
+
+def check_seed_rows(index: LogIndex, seeds: list[np.ndarray], vocab_size: int,
+                    max_topk: int) -> None:
+    """Run :func:`seed_batch`'s checks on every row the seeds will read, before the run
+    directory exists, so that a bad value (NaN, inf, a too-long top-K row) in seed 7 is
+    an error up front, not a half-written run. ``seeds``: each seed's global rows."""
+    rows = np.unique(np.concatenate(seeds)) if seeds else np.zeros(0, np.int64)
+    for start in range(0, len(rows), CHECK_ROWS):
+        table = read_rows(index, rows[start:start + CHECK_ROWS]).combine_chunks()
+        _checked(index, table, vocab_size, max_topk)

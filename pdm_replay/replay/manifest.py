@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdm_replay.io.atomic import atomic_write_bytes
+from pdm_replay.errors import InputError
+from pdm_replay.io.lock import LOCK_NAME, DirLock
 
 VERSIONED = ("pdm_replay", "torch", "transformers", "safetensors", "tokenizers", "pyarrow",
              "numpy", "polars")
@@ -54,6 +56,10 @@ class RunLayout:
 
     def done_marker(self, seed: int) -> Path:
         return self.root / "done" / f"seed={seed}.json"
+
+    def started(self) -> bool:
+        """True when the directory holds anything but its writer lock (a run was begun)."""
+        return self.root.is_dir() and any(p.name != LOCK_NAME for p in self.root.iterdir())
 
     def finished_seeds(self) -> list[int]:
         done = self.root / "done"
@@ -142,3 +148,23 @@ def read_manifest(layout: RunLayout) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{layout.manifest}: unreadable ({exc}); this is not a replay run "
                          "directory, or it was never started: remove it and run again") from exc
+
+
+def refuse_existing(out: Path, resume: bool) -> None:
+    """A directory holding a run may only be continued (``--resume``)."""
+    if RunLayout(out).started() and not resume:
+        raise InputError("run directory exists", file=out, fix="pass --resume to continue "
+                         "it, or choose a new --out")
+
+
+def lock_run(out: Path, resume: bool) -> DirLock:
+    """Take the run directory's writer lock (created if missing), then refuse an existing
+    run without ``resume``: both before any input is loaded. A refused start removes the
+    directory again if it created it."""
+    lock = DirLock(out).acquire()
+    try:
+        refuse_existing(out, resume)
+    except BaseException:
+        lock.release(remove_if_empty=True)
+        raise
+    return lock

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pdm_replay.io.reader import read_meta
 from pdm_replay.replay.actual import actual_norm, check_pair
 from pdm_replay.replay.checkpoint import (DTYPES, Policy, check_checkpoint_dir,
                                           check_compatible, load_policy)
 from pdm_replay.replay.config import STEP_PATHS, ReplayConfig
-from pdm_replay.replay.data import LogIndex, check_replayable, log_steps
+from pdm_replay.replay.data import LogIndex, check_replayable, check_seed_rows, log_steps
 from pdm_replay.replay.distributed import LOCAL, Dist, check_world
 from pdm_replay.replay.fsdp import shard_policy
 from pdm_replay.replay.manifest import content_hashes
@@ -27,6 +26,7 @@ from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import OptimizerFactory, ParamSnapshot, TargetNorm
 from pdm_replay.replay.templates import is_template, resolve
 from pdm_replay.schema import RolloutMeta
+from pdm_replay.validate import check_schema
 
 CHECKPOINTS = STEP_PATHS[:3]  # directories; the fourth is the optimizer.pt file
 
@@ -163,7 +163,7 @@ def load_run_inputs(cfg: ReplayConfig, dist: Dist = LOCAL
     directory the seeds need, the models' compatibility with the log, every row's ids."""
     if not templated(cfg):
         check_step_inputs(cfg, [None])  # directories first: the cheapest, clearest errors
-    meta = read_meta(cfg.log)
+    meta = check_schema(cfg.log)  # validate's file-level checks before any row is read
     if meta.temperature is not None and meta.temperature <= 0:
         raise ValueError(f"{cfg.log}: footer temperature={meta.temperature}; replay needs the "
                          "sampling temperature (> 0) that µ was sampled at")
@@ -176,6 +176,9 @@ def load_run_inputs(cfg: ReplayConfig, dist: Dist = LOCAL
         check_step_inputs(cfg, steps)
     first = load_step_models(cfg, meta, steps[0], dist)
     index = check_replayable(cfg.log, first.policy.vocab_size)
+    check_seed_rows(index, [rows for s in range(cfg.seeds) for _, rows in
+                            seed_groups(cfg, plan, s)],
+                    first.policy.vocab_size, meta.max_topk_entries)
     # Every rank needs a sample of every step group of every seed (a step's batch may be
     # below --batch-size).
     smallest = min(len(rows) for s in range(cfg.seeds) for _, rows in seed_groups(cfg, plan, s))

@@ -36,6 +36,7 @@ import pyarrow as pa
 import torch
 
 from pdm_replay.io.atomic import write_table_atomic
+from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, apply_masks
 from pdm_replay.replay import manifest as mf
@@ -125,11 +126,9 @@ def _now() -> str:
 
 def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     layout = mf.RunLayout(cfg.out)
-    if not cfg.out.exists():
+    if not layout.started():
         return layout
-    if not cfg.resume:
-        raise ValueError(f"{cfg.out}: run directory exists; pass --resume to continue it or "
-                         "choose a new --out")
+    mf.refuse_existing(cfg.out, cfg.resume)
     old = mf.read_manifest(layout)
     before, now = old.get("config", {}), cfg.result_affecting()
     differ = sorted(k for k in set(before) | set(now)
@@ -332,8 +331,25 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     """Run (or, with ``cfg.resume``, continue) a replay; returns the manifest and summary.
 
     Under torchrun every rank calls this with its :class:`~pdm_replay.replay.distributed.Dist`
-    (``init_from_env``); every rank returns rank 0's result.
+    (``init_from_env``); every rank returns rank 0's result. Rank 0 holds the run
+    directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
+    fails at once, naming the holder's PID. A start that fails its checks leaves no
+    directory behind.
     """
+    held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
+    dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
+    failed = True
+    try:
+        result = _run_locked(cfg, on_progress, grad_reduce, dist)
+        failed = False
+        return result
+    finally:
+        for lock in held:
+            lock.release(remove_if_empty=failed)
+
+
+def _run_locked(cfg: ReplayConfig, on_progress: Progress | None,
+                grad_reduce: GradReduce | None, dist: Dist) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
     layout, t0 = ctx.layout, time.perf_counter()

@@ -49,6 +49,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from pdm_replay.errors import InputError
 from pdm_replay.masks import MASKS
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
                                            comparisons_table)
@@ -252,8 +253,50 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     return Layout(updates, cs, names)
 
 
+class SqlRefused(InputError):
+    """A user query that is not one read-only statement."""
+
+
+def read_only_query(sql: str) -> str:
+    """``sql`` if DuckDB's own parser finds exactly one SELECT statement in it (``SELECT``,
+    ``WITH``, ``FROM``, ``VALUES``, ``DESCRIBE``, ``SUMMARIZE``, ``SHOW``); else
+    :class:`SqlRefused`.
+
+    The connection's controls (:func:`_lock_down`) refuse other files, settings and
+    extensions, but ``allowed_paths`` grants write access as well as read to the run's
+    own files (``COPY ... TO 'RUN/tokens/...' (USE_TMP_FILE false)`` replaced one in
+    duckdb 2.0.1), and DDL would change the views: so user SQL is parsed first and only a
+    query is run.
+
+    >>> read_only_query("FROM tokens LIMIT 1")
+    'FROM tokens LIMIT 1'
+    >>> read_only_query("COPY tokens TO 'x.csv'")
+    Traceback (most recent call last):
+    ...
+    pdm_replay.report.db.SqlRefused: COPY statement refused: ...
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise SqlRefused(f"SQL does not parse: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise SqlRefused(f"{len(statements)} statements given; `pdm-replay sql` runs exactly "
+                         "one query")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise SqlRefused(f"{kind.name} statement refused: the SQL sandbox runs one read-only "
+                         "query (SELECT, WITH, FROM, DESCRIBE, SUMMARIZE); write results "
+                         "with --format csv|json|parquet --out FILE")
+    return sql
+
+
 def _lock_down(con: duckdb.DuckDBPyConnection, info: RunInfo, temp_dir: Path) -> None:
-    """Allow reading the run's files only; no other file access, no setting changes."""
+    """Allow reading the run's files only; no other file access, no setting changes.
+
+    After this, DuckDB refuses (verified on 2.0.1, tests/report/test_sql_sandbox.py): any
+    file outside ``allowed_paths`` (reads, COPY, EXPORT, ATTACH of a file), secrets and
+    extensions (INSTALL, LOAD), and every SET / RESET / PRAGMA of a setting.
+    """
     paths = [str(p.resolve()) for p in (*info.tokens_files, *info.updates_files)]
     con.execute("SET allowed_paths = $paths", {"paths": paths})
     con.execute("SET allowed_directories = $dirs", {"dirs": [str(temp_dir)]})

@@ -32,8 +32,10 @@ from rich.table import Table
 from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_path_for
 from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report,
                                      combine_by_step)
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB, connect
+from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, connect,
+                                  read_only_query)
 from pdm_replay.report.legend import run_coverage
+from pdm_replay.report.run import RunInfo
 from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
                                       render_markdown, render_table)
 
@@ -141,8 +143,10 @@ def run_sql(cfg: SqlConfig) -> str | None:
     if cfg.format == "parquet" and cfg.out is None:
         raise ValueError("--format parquet needs --out FILE")
     params = _param_dict(cfg.params)
+    query = read_only_query(cfg.query)
     with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
-        reader = db.arrow_batches(cfg.query, params)
+        _refuse_run_output(cfg.out, db.info)
+        reader = db.arrow_batches(query, params)
         if cfg.format == "parquet":
             with AtomicParquetWriter(Path(cfg.out), reader.schema) as writer:
                 for batch in reader:
@@ -158,6 +162,18 @@ def run_sql(cfg: SqlConfig) -> str | None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
         return None
     return text
+
+
+def _refuse_run_output(out: Path | str | None, info: RunInfo) -> None:
+    """``--out`` must not replace the run's own data (its Parquet files, manifest)."""
+    if out is None:
+        return
+    target = Path(out).resolve()
+    data = {p.resolve() for p in (*info.tokens_files, *info.updates_files)}
+    root = info.source.resolve() if info.source.is_dir() else None
+    if target in data or (root is not None and root in target.parents):
+        raise SqlRefused(f"--out {out} is inside the run being queried; write the result "
+                         "elsewhere", file=out)
 
 
 def _write_csv(reader: pa.RecordBatchReader, out: Path | None) -> str | None:

@@ -57,6 +57,17 @@ def test_port_host_and_tokenizer(started, run_dir: Path) -> None:
     assert env[ENV_TOKENIZER] == "my/tok"
 
 
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("192.168.1.7", True),
+                                          ("::", True), ("127.0.0.1", False),
+                                          ("localhost", False), ("::1", False)])
+def test_non_loopback_host_warns_no_authentication(started, run_dir: Path, host: str,
+                                                   warned: bool) -> None:
+    result = runner.invoke(app, ["dashboard", str(run_dir), "--host", host])
+    assert result.exit_code == 0, result.output
+    assert ("no authentication" in said(result)) is warned
+    assert len(started) == 1  # a warning, not a refusal
+
+
 def test_missing_run_is_an_error_before_starting(started, tmp_path: Path) -> None:
     result = runner.invoke(app, ["dashboard", str(tmp_path / "nope")])
     assert result.exit_code == 2 and not started

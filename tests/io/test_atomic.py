@@ -63,3 +63,21 @@ def test_other_codecs_take_no_zstd_level(tmp_path: Path) -> None:
         with AtomicParquetWriter(tmp_path / f"{codec}.parquet", schema, compression=codec) as w:
             w.write(pa.table({"x": [1.5, 2.5]}))
         assert _column_meta(tmp_path / f"{codec}.parquet")["x"].compression == stored
+
+
+def test_stale_temps_of_dead_writers_only(tmp_path) -> None:
+    """A writer removes its target's temps whose PID is gone, never a live writer's, another
+    target's or a file it did not name."""
+    import os
+
+    from pdm_replay.io.atomic import temp_path_for
+    dead, live = 2 ** 22 + 12345, os.getppid()  # above pid_max's default: never running
+    names = [f".t.parquet.{dead}-abc.pdm.tmp", f".t.parquet.{live}-abc.pdm.tmp",
+             f".other.parquet.{dead}-abc.pdm.tmp", ".t.parquet.notes.tmp",
+             f".t.parquet.{dead}-abc.tmp"]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    mine = temp_path_for(tmp_path / "t.parquet")
+    assert mine.name.startswith(f".t.parquet.{os.getpid()}-") and mine.name.endswith(".pdm.tmp")
+    left = sorted(p.name for p in tmp_path.iterdir() if p != mine)
+    assert left == sorted(names[1:])

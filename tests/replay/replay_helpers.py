@@ -7,30 +7,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.fixtures import (TINY_VOCAB, SyntheticLogConfig, save_tiny,  # noqa: F401
+                                 tiny_qwen3, write_synthetic_log)
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.schema import PER_TOKEN_COLUMNS
 
-VOCAB = 384
+VOCAB = TINY_VOCAB
 LOG_CFG = SyntheticLogConfig(n_samples=16, response_len=6, vocab_size=VOCAB, top_k=6,
                              prompt_len=5, group_size=4, mismatch=0.5, seed=3)
-
-
-def tiny_qwen3(seed: int, vocab: int = VOCAB):
-    """A random 2-layer Qwen3ForCausalLM with hidden size 32 (logits std ~1 via init)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=8, max_position_embeddings=128, tie_word_embeddings=False,
-                      initializer_range=0.2)
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(cfg).eval()
-
-
-def save_tiny(path: Path, seed: int, vocab: int = VOCAB) -> Path:
-    tiny_qwen3(seed, vocab).save_pretrained(path)
-    return path
 
 
 def ragged_log(target: Path, cfg: SyntheticLogConfig = LOG_CFG) -> Path:

@@ -18,12 +18,13 @@ from pdm_replay.math.support import (ReducedPair, build_support, gather_support_
                                      reduce_logprobs)
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.run import run_replay
+from tolerances import LOGPROB_ATOL
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 # Recomputed (chunked LM head, padded micro-batches) vs one unpadded full-vocabulary
-# forward: float32 logits through different kernels; test_recompute bounds it at 1e-5.
-FORWARD_ATOL = 1e-5
+# forward: float32 logits through different kernels (derivation in tests/tolerances.py).
+FORWARD_ATOL = LOGPROB_ATOL
 SMALL = dict(seeds=2, batch_size=6, micro_batch_size=4, lr=1e-3, chunk_tokens=16)
 
 

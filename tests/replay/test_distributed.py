@@ -22,9 +22,10 @@ from replay_helpers import one_step_checkpoint
 
 from pdm_replay.replay.distributed import (Dist, all_reduce_grads, empty_batch, shard_bounds,
                                            shard_seed_batch)
+from tolerances import RUN_ATOL
 
 LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-ATOL = 1e-5
+ATOL = RUN_ATOL  # one process vs two: tests/tolerances.py
 
 
 def free_port() -> int:

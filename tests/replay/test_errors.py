@@ -129,11 +129,14 @@ def test_token_id_outside_vocabulary(tmp_path, model_dir, replay_log):
 
 
 def test_existing_run_dir_without_resume(tmp_path, replay_log, model_dir):
+    """A directory holding a run refuses a plain start before any input is loaded (an empty
+    one, or one a killed start left holding only its lock file, is not a run)."""
     out = tmp_path / "run"
     out.mkdir()
+    (out / "manifest.json").write_text("{}")
     with pytest.raises(ValueError, match="--resume"):
-        replay(replay_log, model_dir, out)
-    assert list(out.iterdir()) == []
+        replay(replay_log, tmp_path / "no-checkpoint-needed", out)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "manifest.json"]
 
 
 def test_resume_with_different_options_or_checkpoint(tmp_path, replay_log, model_dir,

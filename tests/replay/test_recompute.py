@@ -20,6 +20,8 @@ from pdm_replay.replay.data import LogIndex, seed_batch
 from pdm_replay.replay.forward import PassConfig, behaviour_hidden, forward_stats
 from pdm_replay.replay.recompute import support_stats, token_logprob
 
+from tolerances import CHUNKING_ATOL, LOGPROB_ATOL, PROB_ATOL
+
 
 def naive(logits: torch.Tensor, support: Support, temperature: float = 1.0) -> dict:
     """Reference values from the full ``(N, V)`` log-softmax in float64."""
@@ -42,9 +44,9 @@ def test_support_stats_equal_naive(n, v, k, chunk, temp, scale, seed):
     got = support_stats(logits.clone(), lambda h: h, support, temperature=temp,
                         chunk_tokens=chunk)
     ref = naive(logits, support, temp)
-    assert torch.allclose(got.logp_s[support.valid], ref["logp_s"][support.valid], atol=1e-5)
+    assert torch.allclose(got.logp_s[support.valid], ref["logp_s"][support.valid], atol=LOGPROB_ATOL)
     assert torch.all(torch.isinf(got.logp_s[~support.valid]))
-    assert torch.allclose(got.log_tail.exp(), ref["tail"].clamp(min=0), atol=1e-6)
+    assert torch.allclose(got.log_tail.exp(), ref["tail"].clamp(min=0), atol=PROB_ATOL)
     assert torch.allclose(got.sum_pi2, ref["sum_pi2"], rtol=1e-5)
 
 
@@ -92,9 +94,9 @@ def test_recompute_matches_full_logits_of_the_model(policy, batch, temperature):
                         PassConfig(temperature=temperature, chunk_tokens=7))
     ref = naive(model_logits(policy, sb), support, temperature)
     valid = support.valid
-    assert torch.allclose(got.logp_s[valid], ref["logp_s"][valid], atol=1e-5)
-    assert torch.allclose(got.log_tail.exp(), ref["tail"], atol=1e-5)
-    assert torch.allclose(got.sum_pi2, ref["sum_pi2"], atol=1e-6)
+    assert torch.allclose(got.logp_s[valid], ref["logp_s"][valid], atol=LOGPROB_ATOL)
+    assert torch.allclose(got.log_tail.exp(), ref["tail"], atol=PROB_ATOL)
+    assert torch.allclose(got.sum_pi2, ref["sum_pi2"], atol=PROB_ATOL)
 
 
 def test_chunked_equals_unchunked(policy, batch):
@@ -104,7 +106,7 @@ def test_chunked_equals_unchunked(policy, batch):
     many = forward_stats(policy, batches, support, PassConfig(chunk_tokens=3))
     for a, b in [(one.logp_s, many.logp_s), (one.log_tail, many.log_tail),
                  (one.sum_pi2, many.sum_pi2)]:
-        assert torch.allclose(a, b, atol=1e-6, equal_nan=True)
+        assert torch.allclose(a, b, atol=CHUNKING_ATOL, equal_nan=True)
 
 
 def test_micro_batch_1_equals_8(policy, behaviour, batch):
@@ -117,9 +119,9 @@ def test_micro_batch_1_equals_8(policy, behaviour, batch):
         stats[size] = forward_stats(policy, batches, support, PassConfig(chunk_tokens=16),
                                     behaviour, mu_h)
     a, b = stats[1], stats[8]
-    assert torch.allclose(a.logp_s[support.valid], b.logp_s[support.valid], atol=1e-5)
-    assert torch.allclose(a.sum_pi2, b.sum_pi2, atol=1e-6)
-    assert torch.allclose(a.exact.kl_exact, b.exact.kl_exact, atol=1e-5)
+    assert torch.allclose(a.logp_s[support.valid], b.logp_s[support.valid], atol=LOGPROB_ATOL)
+    assert torch.allclose(a.sum_pi2, b.sum_pi2, atol=PROB_ATOL)
+    assert torch.allclose(a.exact.kl_exact, b.exact.kl_exact, atol=PROB_ATOL)
 
 
 def test_lengths_vary_so_padding_is_exercised(batch):
@@ -145,7 +147,7 @@ def test_exact_stats_and_dkl_exact_finite_difference(policy, behaviour, batch):
     eta = 1e-4
     fd = (kl(eta) - kl(-eta)) / (2 * eta)
     assert torch.allclose(got.dkl_exact(), fd, atol=1e-6, rtol=1e-4)
-    assert torch.allclose(got.exact.kl_exact, kl(0.0), atol=1e-5)
+    assert torch.allclose(got.exact.kl_exact, kl(0.0), atol=PROB_ATOL)
     assert (fd.abs() > 1e-4).any()  # the check is not vacuous
 
 
@@ -158,9 +160,9 @@ def test_token_logprob_gradient_matches_unchunked(policy, batch):
     (g_chunk_h, g_chunk_w) = torch.autograd.grad(chunked.sum(), [h, w])
     full = torch.log_softmax(policy.head(h), -1).gather(1, k[:, None])[:, 0]
     (g_h, g_w) = torch.autograd.grad(full.sum(), [h, w])
-    assert torch.allclose(chunked, full, atol=1e-6)
-    assert torch.allclose(g_chunk_h, g_h, atol=1e-6)
-    assert torch.allclose(g_chunk_w, g_w, atol=1e-6)
+    assert torch.allclose(chunked, full, atol=CHUNKING_ATOL)
+    assert torch.allclose(g_chunk_h, g_h, atol=CHUNKING_ATOL)
+    assert torch.allclose(g_chunk_w, g_w, atol=CHUNKING_ATOL)
 
 
 def test_flat_order_matches_reader(replay_log: Path):
