@@ -11,8 +11,16 @@
    forward); without attribution in a second run, where the actual update is that forward
    alone.
 
+4. ``--qwen3-0.6b`` (issue 20), a random Qwen3 of the Qwen3-0.6B shape (hidden 1,024,
+   28 layers, 16/8 heads, MLP 3,072, vocabulary 151,936, tied embeddings) on one small
+   batch (2 samples x (16 prompt + 48 response) tokens): the recompute pass vs a plain
+   forward (target <= 1.15x); each extra update mask of one replay (SGD, no attribution)
+   vs forward + backward + forward of the same batch measured in the same run (target
+   <= 1.1x); and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with
+   the same chunk, minus the chunk term (target: independent of the vocabulary).
+
 Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
-[--updates-only]``
+[--updates-only] [--qwen3-0.6b]``
 Random-init Qwen3 models (nothing is downloaded); CPU only.
 """
 
@@ -30,21 +38,26 @@ import torch
 
 from pdm_replay.fixtures import write_synthetic_log
 from pdm_replay.math.support import build_support
-from pdm_replay.replay.batching import pad_batch
+from pdm_replay.replay.batching import micro_batches, pad_batch
 from pdm_replay.replay.checkpoint import Policy, make_head
 from pdm_replay.replay.config import ReplayConfig
+from pdm_replay.replay.data import LogIndex, seed_batch
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.replay.run import run_replay
 
 GiB = 1024 ** 3
 
 
-def qwen3(vocab: int, hidden: int, layers: int, inter: int):
+def qwen3(vocab: int, hidden: int, layers: int, inter: int, real: bool = False):
+    """A random Qwen3; ``real``: the Qwen3-0.6B head layout (16 heads of 128, 8 KV heads,
+    tied embeddings) instead of 32-wide heads."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
+    heads = dict(num_attention_heads=16, num_key_value_heads=8, head_dim=128) if real else \
+        dict(num_attention_heads=max(hidden // 32, 1), num_key_value_heads=max(hidden // 64, 1),
+             head_dim=32)
     cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                      num_hidden_layers=layers, num_attention_heads=max(hidden // 32, 1),
-                      num_key_value_heads=max(hidden // 64, 1), head_dim=32,
-                      max_position_embeddings=4096, tie_word_embeddings=False)
+                      num_hidden_layers=layers, max_position_embeddings=4096,
+                      tie_word_embeddings=real, **heads)
     torch.manual_seed(0)
     return Qwen3ForCausalLM(cfg).eval()
 
@@ -106,9 +119,9 @@ def _status_bytes(key: str) -> int:
 
 
 @torch.no_grad()
-def memory_child(mode: str, chunk: int) -> dict:
+def memory_child(mode: str, chunk: int, vocab: int = 151_936) -> dict:
     """One side of the memory comparison; runs in a fresh process."""
-    vocab, tokens = 151_936, 8192
+    tokens = 8192
     model = qwen3(vocab, hidden=64, layers=1, inter=128)
     batch, support = make_batch(vocab, samples=8, prompt=1, response=tokens // 8)
     policy = policy_of(model)
@@ -125,13 +138,24 @@ def memory_child(mode: str, chunk: int) -> dict:
             "full_logits_bytes": int(batch.input_ids.numel()) * vocab * 4}
 
 
+def _memory_run(mode: str, chunk: int, threads: int, vocab: int) -> dict:
+    res = subprocess.run([sys.executable, __file__, "--child", mode, "--chunk", str(chunk),
+                          "--threads", str(threads), "--vocab", str(vocab)],
+                         capture_output=True, text=True, check=True)
+    return {"vocab": vocab, **json.loads(res.stdout.strip().splitlines()[-1])}
+
+
 def memory(chunk: int, skip_full: bool, threads: int) -> list[dict]:
+    return [_memory_run(mode, chunk, threads, 151_936)
+            for mode in ("recompute",) + (() if skip_full else ("full",))]
+
+
+def memory_by_vocab(chunk: int, threads: int) -> list[dict]:
+    """Recompute-pass peak growth at two vocabularies, and that growth minus the chunk."""
     out = []
-    for mode in ("recompute",) + (() if skip_full else ("full",)):
-        res = subprocess.run([sys.executable, __file__, "--child", mode, "--chunk",
-                              str(chunk), "--threads", str(threads)],
-                             capture_output=True, text=True, check=True)
-        out.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    for vocab in (32768, 151_936):
+        m = _memory_run("recompute", chunk, threads, vocab)
+        out.append({**m, "growth_minus_chunk": m["peak_growth"] - m["chunk_bytes"]})
     return out
 
 
@@ -176,6 +200,75 @@ def mask_cost(tmp: Path) -> dict:
             / _best(plain, "read_and_pre_s")}
 
 
+REAL = dict(vocab=151_936, hidden=1024, layers=28, inter=3072)  # Qwen3-0.6B's config.json
+REAL_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg")
+
+
+def _fwd_bwd_fwd(model, batches) -> None:
+    """The baseline of one update: forward with gradient on the full logits, a token
+    log-likelihood loss, backward, then a no-grad forward (what a post-update pass is)."""
+    for b in batches:
+        logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), -1)
+        logp.gather(-1, b.input_ids[:, 1:, None]).sum().backward()
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        for b in batches:
+            model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+
+
+def real_size(tmp: Path, repeats: int, chunk: int) -> dict:
+    """Section 4: the Qwen3-0.6B shape; every ratio within this one call."""
+    model = qwen3(**REAL, real=True)
+    log = write_synthetic_log(tmp / "log.parquet", n_samples=2, response_len=48,
+                              prompt_len=16, vocab_size=REAL["vocab"], top_k=20)
+    sb = seed_batch(LogIndex.of(log), 2, 0, REAL["vocab"])
+    batches = micro_batches(sb.prompts, sb.responses, 2)  # the replay's own micro-batch
+    support = build_support(torch.from_numpy(sb.flat.token_id),
+                            torch.from_numpy(sb.flat.topk_ids))
+    policy = policy_of(model)
+    with torch.no_grad():
+        plain = lambda: [model(input_ids=b.input_ids,  # noqa: E731
+                               attention_mask=b.attention_mask).logits for b in batches]
+        recompute = lambda: forward_stats(policy, batches, support,  # noqa: E731
+                                          PassConfig(chunk_tokens=chunk))
+        plain(), recompute()  # warm-up
+        t_plain, t_re = best_of_alternating([plain, recompute], repeats)
+    fbf = lambda: best_of_alternating([lambda: _fwd_bwd_fwd(model, batches)], 1)[0]  # noqa: E731
+    model.save_pretrained(tmp / "ckpt")
+    # The baseline brackets the replay (before and after it, same process and batch), so a
+    # change of the shared machine's load during the replay shows as a before/after gap.
+    fbf_before = fbf()
+    res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run", seeds=1,
+                                  batch_size=2, micro_batch_size=2, optimizer="sgd", lr=1e-4,
+                                  attribution=False, update_masks=REAL_MASKS,
+                                  chunk_tokens=chunk))
+    fbf_after = fbf()
+    t_fbf = (fbf_before + fbf_after) / 2
+    per_mask = [_best(res, f"update_{m}_s") for m in REAL_MASKS]
+    return {"fwd_bwd_fwd_before_s": fbf_before, "fwd_bwd_fwd_after_s": fbf_after,
+            "tokens": int(sum(b.input_ids.numel() for b in batches)),
+            "response_tokens": len(sb.flat), "plain_forward_s": t_plain, "recompute_s": t_re,
+            "recompute_ratio": t_re / t_plain, "fwd_bwd_fwd_s": t_fbf,
+            "pre_pass_s": _best(res, "read_and_pre_s"), "masks": list(REAL_MASKS),
+            "per_mask_s": per_mask, "extra_mask_vs_fwd_bwd_fwd": [t / t_fbf for t in per_mask[1:]]}
+
+
+def report_real(r: dict, mem: list[dict]) -> None:
+    print(f"## replay, Qwen3-0.6B shape: {r['tokens']} tokens ({r['response_tokens']} response)")
+    print(f"plain forward {r['plain_forward_s']:.2f} s  recompute {r['recompute_s']:.2f} s  "
+          f"ratio {r['recompute_ratio']:.3f}x (target <= 1.15)")
+    print(f"forward + backward + forward {r['fwd_bwd_fwd_s']:.2f} s (before the replay "
+          f"{r['fwd_bwd_fwd_before_s']:.2f} s, after {r['fwd_bwd_fwd_after_s']:.2f} s); "
+          f"pre pass {r['pre_pass_s']:.2f} s")
+    for name, s in zip(r["masks"], r["per_mask_s"]):
+        print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd")
+    for m in mem:
+        print(f"vocab {m['vocab']:>7}: recompute peak growth {m['peak_growth'] / GiB:.3f} GiB, "
+              f"chunk {m['chunk_bytes'] / GiB:.3f} GiB, growth - chunk "
+              f"{m['growth_minus_chunk'] / GiB:.3f} GiB")
+
+
 def report(times: list[dict], mem: list[dict], masks: dict) -> None:
     if times:
         print("## replay: recompute pass vs plain model(input_ids).logits (same batch)")
@@ -210,11 +303,22 @@ def main() -> None:
                     help="do not run the 5 GB full-logits baseline")
     ap.add_argument("--updates-only", action="store_true",
                     help="only section 3: the update masks' and the actual update's cost")
+    ap.add_argument("--qwen3-0.6b", dest="real", action="store_true",
+                    help="only section 4: the Qwen3-0.6B shape (about 10 GB of RAM, "
+                    "10-20 minutes on 2 cores)")
     ap.add_argument("--child", choices=["recompute", "full"], help=argparse.SUPPRESS)
+    ap.add_argument("--vocab", type=int, default=151_936, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        print(json.dumps(memory_child(args.child, args.chunk)))
+        print(json.dumps(memory_child(args.child, args.chunk, args.vocab)))
+        return
+    if args.real:
+        mem = memory_by_vocab(args.chunk, args.threads)
+        with tempfile.TemporaryDirectory() as tmp:
+            real = real_size(Path(tmp), args.repeats, args.chunk)
+        report_real(real, mem)
+        print(json.dumps({"real": real, "memory_by_vocab": mem}, default=str))
         return
     if args.updates_only:
         with tempfile.TemporaryDirectory() as tmp:

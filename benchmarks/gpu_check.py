@@ -8,12 +8,16 @@ Prints, each against a baseline measured in the same run:
 1. recompute pass (decoder + chunked LM-head statistics at the logged supports, what
    every replay stage runs) vs a plain ``model(input_ids).logits`` forward over the same
    micro-batches: tokens/s, peak GPU memory, time ratio;
-2. a full replay (``run_replay``: pre pass + one simulated step per update mask, bf16
+2. the exact-KL pass (``--behavior-checkpoint``: the behaviour model's hidden states,
+   then both LM heads per chunk, full-vocabulary KL and Ḋ in float64) vs the recompute
+   pass alone: time ratio and peak memory;
+3. a full replay (``run_replay``: pre pass + one simulated step per update mask, bf16
    weights, float32/float64 statistics, chunk size from free memory): loss tokens/s, peak
    GPU memory, seconds per stage, and the seed loop in plain-forward equivalents.
 
 ``--smoke``: the same code on a tiny model and log (CPU unless ``--device`` says
-otherwise) to check the script itself; its figures mean nothing.
+otherwise) to check the script itself; its figures mean nothing. The test suite runs
+``gpu_check.sh --smoke --device cpu`` so the script cannot rot without a GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
-from pdm_replay.replay.forward import PassConfig, forward_stats
+from pdm_replay.replay.forward import PassConfig, behaviour_hidden, forward_stats
 from pdm_replay.replay.gpu import auto_chunk_tokens
 from pdm_replay.replay.run import run_replay
 from pdm_replay.replay.tables import log_support
@@ -147,13 +151,21 @@ def pass_ratio(ckpt: Path, log: Path, args: argparse.Namespace) -> dict:
         for b in batches:
             policy.model(input_ids=b.input_ids.to(dev),
                          attention_mask=b.attention_mask.to(dev)).logits
+    # The same weights as the behaviour model: the cost does not depend on the values.
+    behaviour = load_policy(ckpt, dtype=args.dtype, device=args.device)
+
+    def exact() -> None:
+        forward_stats(policy, batches, support, cfg, behaviour,
+                      behaviour_hidden(behaviour, batches))
     t_plain, m_plain = timed(plain, args.device, args.repeats)
     t_re, m_re = timed(lambda: forward_stats(policy, batches, support, cfg), args.device,
                        args.repeats)
+    t_ex, m_ex = timed(exact, args.device, args.repeats)
     n = len(sb.flat)
     return {"response_tokens": n, "chunk_tokens": chunk, "plain_s": t_plain,
             "recompute_s": t_re, "plain_tok_s": n / t_plain, "recompute_tok_s": n / t_re,
-            "ratio": t_re / t_plain, "plain_peak_gib": m_plain, "recompute_peak_gib": m_re}
+            "ratio": t_re / t_plain, "plain_peak_gib": m_plain, "recompute_peak_gib": m_re,
+            "exact_s": t_ex, "exact_vs_recompute": t_ex / t_re, "exact_peak_gib": m_ex}
 
 
 def full_replay(ckpt: Path, log: Path, out: Path, args: argparse.Namespace) -> dict:
@@ -182,7 +194,11 @@ def report(params: int, size: Size, ratio: dict, rep: dict, smoke: bool) -> None
     print(f"recompute pass: {ratio['recompute_tok_s']:,.0f} tok/s, "
           f"peak {gib(ratio['recompute_peak_gib'])} (chunk {ratio['chunk_tokens']} tokens)")
     print(f"plain forward : {ratio['plain_tok_s']:,.0f} tok/s, peak {gib(ratio['plain_peak_gib'])}")
-    print(f"ratio recompute / plain forward: {ratio['ratio']:.2f}x")
+    print(f"ratio recompute / plain forward: {ratio['ratio']:.2f}x "
+          f"(throughput {100 / ratio['ratio']:.0f}% of the plain forward's)")
+    print(f"exact-KL pass (behaviour hidden + both heads): {ratio['exact_s']:.3f} s = "
+          f"{ratio['exact_vs_recompute']:.2f}x the recompute pass, "
+          f"peak {gib(ratio['exact_peak_gib'])}")
     print(f"full replay: {rep['tokens']:,} loss tokens in {rep['seeds_s']:.1f} s = "
           f"{rep['tok_s']:,.0f} tok/s (pre pass + {masks} update masks), "
           f"peak {gib(rep['peak_gib'])}, chunk {rep['chunk_tokens']}")

@@ -5,13 +5,14 @@
 #
 #   benchmarks/gpu_check.sh                 # on a CUDA machine (a few minutes)
 #   benchmarks/gpu_check.sh --smoke         # tiny model on CPU: checks the script only
+#   benchmarks/gpu_check.sh --device cpu    # the full-size check on CPU (slow: 10+ minutes)
 #   benchmarks/gpu_check.sh --json out.json # also write the figures as JSON
 #
 # Needs the package importable (pip install -e . from the repository root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-if [[ " $* " != *" --smoke "* ]]; then
+if [[ " $* " != *" --smoke "* && " $* " != *" --device cpu "* ]]; then
   if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "gpu_check: no CUDA device visible to torch; run with --smoke for the CPU check" >&2
     exit 2

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
-from pdm_replay.math.direction import ratio_slope
-from pdm_replay.math.metrics import TokenStats
+    from pdm_replay.math.metrics import TokenStats
 
-Stat = Callable[[TokenStats], Tensor]
+# torch is imported inside the functions that compute, not here: the CLI reads this
+# registry (names, Thresholds defaults) to render `--help`, which must not pay for torch.
+
+Stat = Callable[["TokenStats"], "Tensor"]
 
 
 class Mask(Protocol):
@@ -37,11 +39,13 @@ class Mask(Protocol):
 
 def decide(outside: Tensor, slope: Tensor, advantage: Tensor) -> Tensor:
     """Keep unless outside the region and ``sign(Â)·slope > 0`` (moving away). (N,) bool"""
+    import torch
     away = torch.sign(advantage) * slope > 0  # Â = 0 gives 0: never "away", always kept
     return ~(outside & away)
 
 
 def _ratio_slope(s: TokenStats) -> Tensor:
+    from pdm_replay.math.direction import ratio_slope
     return ratio_slope(s.logp_behavior, s.logp_train)  # expm1: exact sign near r = 1
 
 
@@ -53,6 +57,7 @@ class RatioClip:
     eps_high: float = 0.2
 
     def keep(self, stats: TokenStats) -> Tensor:
+        import torch
         a, r = stats.advantage, stats.ratio
         outside = torch.where(a > 0, r > 1.0 + self.eps_high, r < 1.0 - self.eps_low)
         return decide(outside, _ratio_slope(stats), a)
@@ -75,6 +80,7 @@ class KeepAll:
     """The reference update: every token kept."""
 
     def keep(self, stats: TokenStats) -> Tensor:
+        import torch
         return torch.ones_like(stats.advantage, dtype=torch.bool)
 
 
@@ -142,9 +148,12 @@ for _fam in ("kl", "tv"):
                           _reads))
 
 
-register(MaskSpec("pdm_kl_certified",
-                  _div("kl_topk", lambda s: s.direction_certified * torch.sign(s.advantage),
-                       "delta_kl"),
+def _certified_slope(s: TokenStats) -> Tensor:
+    import torch
+    return s.direction_certified * torch.sign(s.advantage)
+
+
+register(MaskSpec("pdm_kl_certified", _div("kl_topk", _certified_slope, "delta_kl"),
                   "kl", "certified", None,
                   "top-K KL > delta, masked only where the sign certificate proves 'away'",
                   ("delta_kl",)))

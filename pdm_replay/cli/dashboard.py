@@ -12,7 +12,7 @@ from rich.markup import escape
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import err_console, fail
 from pdm_replay.dashboard_app import launch
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 
 @app.command()

@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, err_console, fail, progress_bar
-from pdm_replay.ingest import FORMATS, IngestConfig, IngestError, IngestSummary, ingest
+from pdm_replay.ingest.formats import FORMATS
+
+if TYPE_CHECKING:
+    from pdm_replay.ingest import IngestSummary
 
 FormatName = Enum("FormatName", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 
@@ -91,6 +94,7 @@ def ingest_command(
     Stable-RL batch dumps or any table (with a column mapping) into one rollout/v1 log,
     streaming and atomically (nothing is left under OUT unless the run succeeds).
     """
+    from pdm_replay.ingest import IngestConfig, IngestError, ingest  # the driver: on run
     cfg = IngestConfig(
         fmt=fmt.value, inputs=tuple(inputs), out=out, tokenizer=tokenizer,
         vocab_size=vocab_size, on_error=on_error.value, mapping=mapping, rejects=rejects,

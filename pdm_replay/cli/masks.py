@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
-from pdm_replay.io.reader import count_rows
 from pdm_replay.masks import MASKS, Thresholds
-from pdm_replay.run_masks import MasksConfig, MasksSummary, run_masks
+
+if TYPE_CHECKING:
+    from pdm_replay.run_masks import MasksSummary
 
 MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
 
@@ -86,6 +87,9 @@ def masks(
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
     logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
     """
+    # Imported when the command runs: torch and the readers are not needed for --help.
+    from pdm_replay.io.reader import count_rows
+    from pdm_replay.run_masks import MasksConfig, run_masks
     cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
                       thresholds=threshold_options(eps, eps_low, eps_high, delta_kl, delta_tv),
                       vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,

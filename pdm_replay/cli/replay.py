@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -13,13 +13,13 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
                                   parse_mask_list, threshold_options)
-from pdm_replay.replay.checkpoint import DTYPES
-from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
-from pdm_replay.replay.distributed import LOCAL, Dist, init_from_env
-from pdm_replay.replay.run import ReplayResult, run_replay
+from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS, ReplayConfig
 from pdm_replay.replay.seeds import SEED_BY
-from pdm_replay.replay.step import OPTIMIZERS
 from pdm_replay.replay.sweep import Sweep, parse_values
+
+if TYPE_CHECKING:
+    from pdm_replay.replay.distributed import Dist
+    from pdm_replay.replay.run import ReplayResult
 
 
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
@@ -179,6 +179,10 @@ def replay(
     fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the model over "
                               "the processes with FSDP2 (checkpoints too large for one "
                               "device)."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, help="torch intra-op threads. Default: the CPUs this "
+        "process may use (affinity mask, cgroup quota), shared by the ranks of a CPU "
+        "torchrun job; recorded in manifest.json `threads`."),
 ) -> None:
     """Replay a rollout log against its training checkpoint: recompute π at every logged
     support (chunked, full-vocabulary statistics), record every mask's decision, simulate
@@ -187,6 +191,8 @@ def replay(
     Several processes: torchrun --nproc_per_node N -m pdm_replay replay ... (samples
     sharded by rank, gradients summed: the same step as one process).
     """
+    # torch and transformers load here, when a replay runs, not for --help.
+    from pdm_replay.replay.distributed import LOCAL, init_from_env
     dist = LOCAL
     try:
         sweep = Sweep(eps=parse_values(eps, "--eps"),
@@ -204,7 +210,7 @@ def replay(
             optimizer_state=optimizer_state, seed_by=seed_by, allow_overlap=allow_overlap,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
             tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
-            attribution_sample=attribution_sample, fsdp=fsdp)
+            attribution_sample=attribution_sample, fsdp=fsdp, threads=threads)
         dist = init_from_env(cfg.device, cfg.fsdp)
         start = time.perf_counter()
         result = _run(cfg, dist)
@@ -218,6 +224,7 @@ def replay(
 
 def _run(cfg: ReplayConfig, dist: Dist) -> ReplayResult:
     """Run the replay; rank 0 alone shows the progress bar."""
+    from pdm_replay.replay.run import run_replay
     if not dist.is_main:
         return run_replay(cfg, dist=dist)
     with progress_bar("replay", None, "stages") as bar:

@@ -6,20 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import duckdb
 import typer
 from typer.core import TyperCommand
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import fail
-from pdm_replay.report.build import ReportConfig
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
-from pdm_replay.report.produce import SqlConfig, produce_report, run_sql
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 RUN_HELP = ("A replay run directory (manifest.json, tokens/, updates/) or the tokens file "
             "written by `pdm-replay masks`.")
 MEMORY_HELP = "DuckDB memory limit (it spills to a temp directory beyond it)."
-ERRORS = (FileNotFoundError, ValueError, ImportError, duckdb.Error)
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    """The errors reported as one line; DuckDB's only once the command runs."""
+    import duckdb
+    return (FileNotFoundError, ValueError, ImportError, duckdb.Error)
 
 
 def _keep(value: Any) -> Any:
@@ -77,6 +79,9 @@ def report(
     the ratio − predictive difference; then sign accuracy, estimator accuracy (vs the
     reloaded µ; also on the disagreement tokens), µ fidelity, mask summary and log
     health. On `masks` output it shows what needs no replay and says what does."""
+    # DuckDB and polars load when the command runs, not for --help.
+    from pdm_replay.report.build import ReportConfig
+    from pdm_replay.report.produce import produce_report
     cfg = ReportConfig(source=run, format=fmt, out=out, plots_dir=plots_dir,
                        memory_limit=memory_limit, threads=threads,
                        bootstrap_samples=bootstrap_samples, confidence=confidence,
@@ -84,7 +89,7 @@ def report(
                        by=by, wide=wide)
     try:
         _, text = produce_report(cfg)
-    except ERRORS as err:
+    except _errors() as err:
         fail(str(err))
     if out is None:
         typer.echo(text, nl=False)
@@ -114,12 +119,13 @@ def sql(
     DESCRIBE/SUMMARIZE statement; COPY, EXPORT, ATTACH, DDL and SET are refused, and the
     connection may read the run's files and nothing else). Example:
     pdm-replay sql RUN "SELECT * FROM disagreements WHERE seed = $s" -p s 3"""
+    from pdm_replay.report.produce import SqlConfig, run_sql
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
                     format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)
     try:
         text = run_sql(cfg)
-    except ERRORS as err:
+    except _errors() as err:
         fail(str(err))
     if text is not None:
         typer.echo(text, nl=False)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console
-from pdm_replay.validate import ValidationReport, validate_log
+
+if TYPE_CHECKING:
+    from pdm_replay.validate import ValidationReport
 
 
 def render_report(report: ValidationReport) -> None:
@@ -63,6 +66,7 @@ def validate(
 
     Exit code 0 when clean, 1 when any error was found.
     """
+    from pdm_replay.validate import validate_log  # torch: only when the command runs
     report = validate_log(log, max_errors=max_errors)
     render_report(report)
     raise typer.Exit(0 if report.ok else 1)

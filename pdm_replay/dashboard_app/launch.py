@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping, NoReturn
 
 from pdm_replay.dashboard_app import APP_FILE, ENV_MEMORY_LIMIT, ENV_RUN_DIR, ENV_TOKENIZER
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
 

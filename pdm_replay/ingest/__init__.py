@@ -5,9 +5,19 @@ One small module per input format (``openai``, ``vllm``, ``sglang``, ``verl``,
 padding rule every format goes through; :mod:`.driver` streams, checks and writes.
 """
 
-from pdm_replay.ingest.driver import IngestConfig, IngestSummary, footer_warnings, ingest
-from pdm_replay.ingest.formats import FORMATS
-from pdm_replay.ingest.records import IngestError
+from __future__ import annotations
 
-__all__ = ["FORMATS", "IngestConfig", "IngestError", "IngestSummary", "footer_warnings",
-           "ingest"]
+from importlib import import_module
+from typing import Any
+
+# Each public name and its module, imported on first use (the driver pulls in the
+# validator and torch; `pdm-replay ingest --help` needs only the format registry).
+_HOME = {"FORMATS": "formats", "IngestConfig": "driver", "IngestError": "records",
+         "IngestSummary": "driver", "footer_warnings": "driver", "ingest": "driver"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(import_module(f"pdm_replay.ingest.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'pdm_replay.ingest' has no attribute {name!r}")

@@ -13,7 +13,19 @@ and :mod:`.gpu` (chunk size from free memory, pinned copies) scale it out.
 :mod:`.tangent` passes, :mod:`.head_tangents` per LM-head chunk).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
-from pdm_replay.replay.run import ReplayResult, run_replay
 
 __all__ = ["DEFAULT_UPDATE_MASKS", "ReplayConfig", "ReplayResult", "run_replay"]
+
+
+def __getattr__(name: str) -> Any:
+    # The orchestration (torch, transformers) loads on first use: importing the config,
+    # as the CLI does to build --help, stays light.
+    if name in ("ReplayResult", "run_replay"):
+        from pdm_replay.replay import run
+        return getattr(run, name)
+    raise AttributeError(f"module 'pdm_replay.replay' has no attribute {name!r}")

@@ -29,9 +29,10 @@ from torch import Tensor, nn
 
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.config import DTYPES as DTYPE_NAMES
 
 Head = Callable[[Tensor], Tensor]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model",
                    "vocab.txt")

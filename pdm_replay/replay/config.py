@@ -19,19 +19,22 @@ from pathlib import Path
 from typing import Sequence
 
 from pdm_replay.masks import Thresholds, resolve_names
-from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.seeds import SEED_BY
-from pdm_replay.replay.step import OPTIMIZERS
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
 
+# Named here, not beside the torch code that maps them (replay.checkpoint, replay.step),
+# so the config and the CLI's --help need no torch.
+DTYPES = ("float32", "bfloat16", "float16")  # weight dtypes: torch.<name>
+OPTIMIZERS = ("adam", "sgd")
 DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
                         "dppo_topk_tv", "pdm_tv_agg", "pdm_tv_uniform")
 # Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not
 # depend on how many seeds there are, so resuming with more seeds extends a run); the
 # paths, whose *contents* are compared by sha256 instead (a moved log is the same log).
+# ``threads``: how fast, not what (the count chosen is in the manifest's ``threads``).
 OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint",
-               "next_checkpoint", "optimizer_state")
+               "next_checkpoint", "optimizer_state", "threads")
 STEP_PATHS = ("checkpoint", "behavior_checkpoint", "next_checkpoint", "optimizer_state")
 
 
@@ -71,6 +74,7 @@ class ReplayConfig:
     seed_by: str = "sample"  # "sample": disjoint batches; "step": one seed per logged step
     allow_overlap: bool = False  # more seeds than fit disjointly: let seeds share samples
     sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv
+    threads: int | None = None  # torch intra-op threads; None: the usable CPUs (pdm_replay.threads)
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
@@ -117,6 +121,7 @@ class ReplayConfig:
                    "adam"),
                   (self.seed_by in SEED_BY, f"--seed-by must be one of {', '.join(SEED_BY)}"),
                   (self.attribution_sample >= 0, "--attribution-sample must be >= 0"),
+                  (self.threads is None or self.threads >= 1, "--threads must be >= 1"),
                   (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
                   (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
                   (self.behavior_dtype in (None, *DTYPES),

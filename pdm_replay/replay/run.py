@@ -63,7 +63,9 @@ from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_
 from pdm_replay.report.db import connect
 from pdm_replay.report.headline import headline
 from pdm_replay.report.run import discover_run
+from pdm_replay.run_masks import torch_threads
 from pdm_replay.schema import RolloutMeta
+from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
 
@@ -334,13 +336,17 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     (``init_from_env``); every rank returns rank 0's result. Rank 0 holds the run
     directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
     fails at once, naming the holder's PID. A start that fails its checks leaves no
-    directory behind.
+    directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
+    process may use, shared by the ranks of a CPU job) and gets its previous count back.
     """
     held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
     dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
     failed = True
     try:
-        result = _run_locked(cfg, on_progress, grad_reduce, dist)
+        processes = dist.world_size if cfg.device == "cpu" else 1
+        choice = choose_threads(cfg.threads, cpu_budget(), processes)
+        with torch_threads(choice.threads):
+            result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
         failed = False
         return result
     finally:
@@ -348,9 +354,10 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
             lock.release(remove_if_empty=failed)
 
 
-def _run_locked(cfg: ReplayConfig, on_progress: Progress | None,
-                grad_reduce: GradReduce | None, dist: Dist) -> ReplayResult:
+def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
+                dist: Dist, threads: ThreadChoice) -> ReplayResult:
     ctx, doc = _start(cfg, dist)
+    doc["threads"] = {**threads.to_json(), **wait_policy_record()}
     ctx.grad_reduce = grad_reduce or dist.grad_reduce()
     layout, t0 = ctx.layout, time.perf_counter()
     if dist.is_main:

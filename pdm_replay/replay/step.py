@@ -40,7 +40,8 @@ from typing import Callable, Sequence, TypeVar
 import torch
 from torch import Tensor, nn
 
-OPTIMIZERS = ("adam", "sgd")
+from pdm_replay.replay.config import OPTIMIZERS
+
 T = TypeVar("T")
 GradReduce = Callable[[Sequence[nn.Parameter]], None]
 OptimizerFactory = Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer]
@@ -166,7 +167,7 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
                    info: StepInfo | None = None) -> T:
     """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ.
 
-    ``optimizer``: a name of :data:`OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
+    ``optimizer``: a name of :data:`~pdm_replay.replay.config.OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
     ``info`` receives the lr used and the realized ``‖Δθ‖₂``.
     """
     make = optimizer if callable(optimizer) else (

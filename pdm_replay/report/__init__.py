@@ -12,18 +12,21 @@ See :mod:`pdm_replay.report.api` for every report and the metric definitions.
 
 from __future__ import annotations
 
-from pdm_replay.report.api import (alignment, alignment_by_seed, behavior_fidelity,
-                                   direction_terms, disagreements, estimator_accuracy,
-                                   headline, kept_deltas, log_health, mask_summary,
-                                   seed_rates, seed_wins, settings, sign_accuracy)
-from pdm_replay.report.build import Report, ReportConfig, build_report
-from pdm_replay.report.db import ReportDB, connect, load_sql
-from pdm_replay.report.run import RunInfo, discover_run
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "Report", "ReportConfig", "ReportDB", "RunInfo", "alignment", "alignment_by_seed",
-    "behavior_fidelity",
-    "build_report", "connect", "direction_terms", "disagreements", "discover_run",
-    "estimator_accuracy", "headline", "kept_deltas", "load_sql", "log_health",
-    "mask_summary", "seed_rates", "seed_wins", "settings", "sign_accuracy",
-]
+# Each public name and the module defining it, imported on first use: the CLI reads
+# ``report.limits`` for its --help, which must not load DuckDB, polars or torch.
+_API = ("alignment", "alignment_by_seed", "behavior_fidelity", "direction_terms",
+        "disagreements", "estimator_accuracy", "headline", "kept_deltas", "log_health",
+        "mask_summary", "seed_rates", "seed_wins", "settings", "sign_accuracy")
+_HOME = {**{name: "api" for name in _API}, "Report": "build", "ReportConfig": "build",
+         "build_report": "build", "ReportDB": "db", "connect": "db", "load_sql": "db",
+         "RunInfo": "run", "discover_run": "run"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(import_module(f"pdm_replay.report.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'pdm_replay.report' has no attribute {name!r}")

@@ -53,13 +53,13 @@ from pdm_replay.errors import InputError
 from pdm_replay.masks import MASKS
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
                                            comparisons_table)
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.run import RunInfo, discover_run
 from pdm_replay.run_masks import comparison_pairs
 from pdm_replay.schema import UPDATES_V1, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
               "views_summary.sql", "views_attribution.sql")
-DEFAULT_MEMORY_LIMIT = "1GB"
 
 
 def load_sql(name: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
@@ -23,15 +24,19 @@ def test_replay_cli_runs_and_prints_summary(tmp_path: Path, replay_log: Path,
     args = ["replay", str(replay_log), "--checkpoint", str(model_dir), "--out", str(out),
             "--seeds", "2", "--batch-size", "6", "--optimizer", "sgd", "--lr", "0.1",
             "--chunk-tokens", "32", "--delta-kl", "0.5", "--masks", "none,pdm_kl_agg",
-            "--update-masks", "none,dppo_topk_kl,pdm_kl_agg"]
+            "--update-masks", "none,dppo_topk_kl,pdm_kl_agg", "--threads", "1"]
+    threads_before = torch.get_num_threads()
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
+    assert torch.get_num_threads() == threads_before  # the run's count is not left behind
     assert "replayed" in res.output and "KL agg" in res.output
     assert "recompute vs logged train_logprobs" in res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["optimizer"] == "sgd"
     assert manifest["config"]["thresholds"]["delta_kl"] == 0.5
     assert manifest["config"]["masks"] == ["none", "pdm_kl_agg"]
+    assert manifest["threads"]["threads"] == 1 and manifest["threads"]["source"] == "--threads"
+    assert set(manifest["threads"]) >= {"affinity", "quota", "OMP_WAIT_POLICY"}
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--resume" in text(again)
     resumed = runner.invoke(app, args + ["--resume"])
