@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import enum
 import sys
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import typer
+from typer.core import TyperCommand
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from pdm_replay.cli.errors import debug_enabled
+
+def choices(name: str, values: Sequence[str]) -> type[enum.Enum]:
+    """A str Enum of ``values``, so Typer checks an option against them and ``--help`` lists
+    them; the command passes ``member.value`` on (a plain str) to its config."""
+    return enum.Enum(name, {v: v for v in values}, type=str)  # type: ignore[return-value]
+
+
+def value(option: enum.Enum | None) -> str | None:
+    """The plain string of a :func:`choices` option (None stays None)."""
+    return None if option is None else str(option.value)
+
+
+class PlainHelpCommand(TyperCommand):
+    """A command whose ``--help`` is click's plain text, wrapped at words: for commands
+    with many options, where rich's table squeezes the help column and cuts long
+    defaults and choices with "…"."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        formatter.width = max(formatter.width or 0, HELP_WIDTH)
+        super(TyperCommand, self).format_help(ctx, formatter)  # the plain Command's help
+
+
+HELP_WIDTH = 100  # columns of a PlainHelpCommand's --help (click's default is 80 at most)
 
 console = Console()
 err_console = Console(stderr=True)

@@ -27,13 +27,13 @@ from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
+from pdm_replay.report.limits import FORMATS
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
 from pdm_replay.report.run import RunInfo
 from pdm_replay.run_masks import comparison_pairs
 
-FORMATS = ("table", "markdown", "json", "html")
 REPLAY_HINT = ("run `pdm-replay replay` on the rollout log with the training checkpoint to "
                "simulate the update")
 

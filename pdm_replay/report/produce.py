@@ -35,11 +35,11 @@ from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report
 from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, connect,
                                   read_only_query)
 from pdm_replay.report.legend import run_coverage
+from pdm_replay.report.limits import SQL_FORMATS
 from pdm_replay.report.run import RunInfo
 from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
                                       render_markdown, render_table)
 
-SQL_FORMATS = ("table", "csv", "json", "parquet")
 MAX_CELL = 40  # characters of a text cell in the sql table (csv/json/parquet keep all)
 
 
