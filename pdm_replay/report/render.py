@@ -243,6 +243,15 @@ def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
     return ([header[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped + more)
 
 
+def display_frame(key: str, frame: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """A report section as the formats print it, every cell a string (rates as percent,
+    small values scientific, no ``None``): what the dashboard shows where Streamlit's
+    fixed decimals would print 9.39e-06 as 0.00."""
+    header, rows = _cells(key, frame, confidence)
+    return pl.DataFrame([dict(zip(header, r)) for r in rows],
+                        schema={h: pl.String for h in header})
+
+
 def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
     """Rich tables as plain text (what the terminal shows): ``width`` columns, each
     section's key columns (the rest named under it; ``wide``: every column, no limit)."""

@@ -9,6 +9,7 @@ import polars as pl
 import streamlit as st
 
 from pdm_replay.dashboard_app import charts
+from pdm_replay.dashboard_app.charts import headline_columns, headline_order
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 from pdm_replay.report.headline import threshold_comparison
@@ -50,7 +51,8 @@ def render() -> None:
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
     head = data(run, api.headline)
-    st.dataframe(head, hide_index=True, key="headline")
+    st.dataframe(head, hide_index=True, key="headline", column_order=headline_order(head),
+                 column_config=headline_columns())
     side = threshold_comparison(head)
     if side.height:
         st.subheader("Threshold comparison: every δ side by side")
