@@ -151,15 +151,23 @@ def headline_order(head: pl.DataFrame) -> list[str]:
 
 
 def headline_columns() -> dict[str, Any]:
-    """Streamlit column configs of the headline: short labels, rates as percent, p-values
-    and small numbers in 3 significant digits (scientific when small)."""
+    """Streamlit column configs of the headline's key columns: short labels (the rates are
+    unsafe-keep rates, as the subheader's help says), rates as percent, p-values in 3
+    significant digits, every column narrow so all fit 1,280 px."""
     import streamlit as st
 
-    rate = {c: st.column_config.NumberColumn(c.replace("unsafe_", "unsafe ").replace("_", " "),
-                                             format="percent", width="small")
-            for c in HEADLINE_KEY if c.startswith("unsafe_")}
-    p = {c: st.column_config.NumberColumn(c.replace("_", " "), format="%.3g", width="small")
-         for c in ("sign_test_p", "wilcoxon_p")}
-    small = {c: st.column_config.NumberColumn(c.replace("_", " "), width="small")
-             for c in ("delta", "wins", "losses", "ties", "empty_seeds")}
-    return {**rate, **p, **small, "delta": st.column_config.NumberColumn("δ", width="small")}
+    label = {"unsafe_ratio_pooled": "ratio pooled", "unsafe_predictive_pooled": "pred. pooled",
+             "unsafe_ratio_seed_mean": "ratio seed-mean",
+             "unsafe_predictive_seed_mean": "pred. seed-mean", "sign_test_p": "sign p",
+             "wilcoxon_p": "Wilcoxon p", "empty_seeds": "empty", "basis": "update",
+             "estimator": "estim.", "delta": "δ"}
+    fmt = {c: "percent" for c in label if c.startswith("unsafe_")} | {
+        "sign_test_p": "%.3g", "wilcoxon_p": "%.3g"}
+    # pixels: 14 columns in the ~800 px a 1,280 px window leaves beside the sidebar
+    width = {"basis": 55, "family": 50, "estimator": 62, "delta": 45, "sign_test_p": 62,
+             "wilcoxon_p": 70} | {c: 72 for c in fmt if c.startswith("unsafe_")}
+    return {c: (st.column_config.NumberColumn(label.get(c, c), format=fmt.get(c),
+                                              width=width.get(c, 48))
+                if c not in ("basis", "family", "estimator")
+                else st.column_config.TextColumn(label.get(c, c), width=width[c]))
+            for c in HEADLINE_KEY}

@@ -14,6 +14,7 @@ from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import LEGEND, explain
+from pdm_replay.report.render import display_frame
 
 HEADLINE_HELP = "  \n".join(f"**{term}**: {text}" for term, text in LEGEND)
 
@@ -65,7 +66,8 @@ def render() -> None:
     else:
         st.altair_chart(charts.seed_unsafe_chart(rates))
     st.subheader("Mask summary")
-    st.dataframe(data(run, api.mask_summary), hide_index=True, key="mask_summary")
+    st.dataframe(display_frame("mask_summary", data(run, api.mask_summary)), hide_index=True,
+                 key="mask_summary")
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing
