@@ -207,12 +207,13 @@ def _key(r: dict[str, Any]) -> str:
     return f"{step}{r['basis']} {r['family']}/{r['estimator']} δ = {r['delta']:g}"
 
 
-def explain(db: ReportDB) -> tuple[str, list[ReportWarning]]:
-    """The coverage line and warnings of ``db``'s run (the dashboard's Overview; the
-    headline is computed with one resample: the warnings read only its counts)."""
+def explain(db: ReportDB) -> tuple[str, list[ReportWarning], pl.DataFrame]:
+    """The coverage line, the warnings and the headline they read (the dashboard's
+    Overview shows all three from one cached call: the headline is computed once)."""
     from pdm_replay.report import api  # api imports the db layer this module sits beside
 
     coverage = run_coverage(db)
-    head = api.headline(db, n_resamples=1)
-    return coverage_line(coverage), report_warnings(db, api.seed_rates(db), head,
-                                                    api.behavior_fidelity(db), coverage)
+    head = api.headline(db)
+    warnings = report_warnings(db, api.seed_rates(db), head, api.behavior_fidelity(db),
+                               coverage)
+    return coverage_line(coverage), warnings, head

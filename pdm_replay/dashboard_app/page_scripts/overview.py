@@ -44,14 +44,13 @@ def render() -> None:
     run = open_page("Overview", "What was replayed, and how the ratio and predictive "
                     "direction criteria compare on the tokens where they disagree.")
     _manifest(run)
-    cover, warns = data(run, explain)
+    cover, warns, head = data(run, explain)
     st.caption(f"Coverage: {cover}")
     for w in warns:
         st.warning(w.message, icon="⚠️")
     with st.expander("Legend: what each number means"):
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    head = data(run, api.headline)
     st.dataframe(head, hide_index=True, key="headline", column_order=headline_order(head),
                  column_config=headline_columns())
     side = threshold_comparison(head)
