@@ -17,6 +17,9 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from pdm_replay.cli.errors import debug_enabled
 
+HELP_WIDTH = 100  # columns of a PlainHelpCommand's --help (click's default is 80 at most)
+
+
 def choices(name: str, values: Sequence[str]) -> type[enum.Enum]:
     """A str Enum of ``values``, so Typer checks an option against them and ``--help`` lists
     them; the command passes ``member.value`` on (a plain str) to its config."""
@@ -38,8 +41,6 @@ class PlainHelpCommand(TyperCommand):
         super(TyperCommand, self).format_help(ctx, formatter)  # the plain Command's help
 
 
-HELP_WIDTH = 100  # columns of a PlainHelpCommand's --help (click's default is 80 at most)
-
 console = Console()
 err_console = Console(stderr=True)
 
@@ -59,7 +60,7 @@ PROGRESS_EVERY_S = 10.0  # seconds between plain progress lines (stderr not a te
 
 class ProgressLines:
     """What ``progress_bar`` yields when stderr is not a terminal (a log file, CI, nohup):
-    the same ``update(task_id, completed=, total=, rate=)`` as rich's Progress, printed as
+    the same ``update(task_id, completed=, total=, rate=, description=)`` as rich's Progress, printed as
     one plain line at most every ``every_s`` seconds and once at the end."""
 
     def __init__(self, description: str, total: int | None, unit: str,
@@ -73,7 +74,8 @@ class ProgressLines:
         self._write = write or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def update(self, task_id: int, *, completed: int | None = None, total: int | None = None,
-               rate: str | None = None) -> None:
+               rate: str | None = None, description: str | None = None) -> None:
+        self._desc = self._desc if description is None else description
         self._done = self._done if completed is None else completed
         self._total = self._total if total is None else total
         self._rate = self._rate if rate is None else rate

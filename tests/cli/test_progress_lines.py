@@ -32,6 +32,9 @@ def test_total_learned_late_and_no_rate() -> None:
     p = ProgressLines("replay", None, "stages", clock=lambda: 0.0, write=out.append)
     p.update(0, completed=1, total=4)
     assert out == ["replay: 1/4 stages, 0 s elapsed"]
+    p.update(0, description="sft", completed=2)  # make-sample names each stage
+    p.finish()
+    assert out[-1] == "sft: 2/4 stages, 0 s elapsed"
 
 
 def test_masks_prints_progress_lines_off_a_terminal(tmp_path: Path, small_log: Path) -> None:
