@@ -8,7 +8,7 @@
    time), as seconds per token and as a multiple of the plain forward of the whole batch.
 3. Whole replay (``run_replay``, SGD, 7 update masks) with and without attribution.
 
-Models: the shipped ``sample_data/`` checkpoint (hidden 96, 2 layers, vocabulary 1,007)
+Models: the shipped ``sample_data/`` checkpoint θ_8 (hidden 64, 2 layers, vocabulary 4,103)
 and a random-init Qwen3 (hidden 256, 4 layers, vocabulary 32,768) on a synthetic log;
 nothing is downloaded. CPU only.
 
@@ -122,7 +122,8 @@ def main() -> None:
                     help="skip part 3 (whole replays with and without attribution)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    results = [run_case("sample_data (hidden 96, 2 layers, vocab 1,007)", SAMPLE / "policy",
+    results = [run_case("sample_data (hidden 64, 2 layers, vocab 4,103)",
+                        SAMPLE / "checkpoints" / "step_8",
                         SAMPLE / "rollouts", args, samples=16, chunk=1024)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -54,7 +54,8 @@ def child(variant: str, out: Path, batch_size: int) -> None:
 
     from pdm_replay.replay.config import ReplayConfig
     from pdm_replay.replay.run import run_replay
-    cfg = ReplayConfig(log=SAMPLE / "rollouts", checkpoint=SAMPLE / "policy", out=out,
+    cfg = ReplayConfig(log=SAMPLE / "rollouts", checkpoint=SAMPLE / "checkpoints" / "step_8",
+                       out=out,
                        seeds=1, batch_size=batch_size, lr=1e-3, attribution=False,
                        update_masks=("none", "pdm_kl_agg"),
                        threads=None if variant == "after" else torch.get_num_threads())

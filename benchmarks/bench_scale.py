@@ -2,7 +2,7 @@
 
 Every configuration runs, in a fresh run directory,
 ``python -m torch.distributed.run --nproc_per_node P -m pdm_replay replay sample_data/rollouts
---checkpoint sample_data/policy ...`` with ``OMP_NUM_THREADS=T`` (loopback only). Figures
+--checkpoint sample_data/checkpoints/step_8 ...`` with ``OMP_NUM_THREADS=T`` (loopback only). Figures
 come from the run's own records: the seed loop's time (``manifest.timings.seeds_s``: no
 imports, no model loading), the command's wall time, loss tokens per second of the seed
 loop, and each rank's peak resident set (``done/seed=<s>.json`` ``ranks[].peak_memory``).
@@ -40,7 +40,7 @@ def replay(procs: int, threads: int, out: Path, args: argparse.Namespace) -> dic
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            "-m", "pdm_replay", "replay", str(SAMPLE / "rollouts"),
-           "--checkpoint", str(SAMPLE / "policy"), "--out", str(out),
+           "--checkpoint", str(SAMPLE / "checkpoints" / "step_8"), "--out", str(out),
            "--seeds", str(args.seeds), "--batch-size", str(args.batch_size),
            "--micro-batch-size", str(args.micro_batch_size), "--lr", "1e-3",
            *args.extra]

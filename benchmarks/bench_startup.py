@@ -5,8 +5,8 @@ replay of the shipped sample takes before its first seed starts.
    median of ``--repeats`` (target <= 0.5 s), beside ``python -c pass`` measured in the
    same run (the interpreter's own start).
 2. Before the first seed: a child process runs ``pdm_replay.cli.main`` on
-   ``replay sample_data/rollouts --checkpoint sample_data/policy --behavior-checkpoint
-   sample_data/behavior --seeds 1`` with ``replay_seed`` wrapped to print the wall clock
+   ``replay sample_data/rollouts --checkpoint sample_data/checkpoints/step_8
+   --behavior-checkpoint sample_data/behavior/step_8 --seeds 1`` with ``replay_seed`` wrapped to print the wall clock
    when it is first called; the figure is that instant minus the moment the parent
    launched the process (interpreter start, imports, checkpoint and log loading, checks;
    target <= 3 s). The child's imports are then listed by cost (``-X importtime``) so
@@ -76,8 +76,9 @@ def help_times(repeats: int, baseline: Path | None) -> dict[str, dict[str, float
 
 def replay_args(out: Path) -> list[str]:
     s = ROOT / "sample_data"
-    return ["replay", str(s / "rollouts"), "--checkpoint", str(s / "policy"),
-            "--behavior-checkpoint", str(s / "behavior"), "--out", str(out), "--seeds", "1",
+    return ["replay", str(s / "rollouts"), "--checkpoint", str(s / "checkpoints" / "step_8"),
+            "--behavior-checkpoint", str(s / "behavior" / "step_8"), "--out", str(out),
+            "--seeds", "1",
             "--batch-size", "64", "--lr", "1e-3"]
 
 

@@ -19,12 +19,16 @@ HEADLINE_FIELDS = set(HEADLINE_SCHEMA)
 
 @pytest.fixture(scope="module")
 def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small replay of the sample data (2 seeds x 16 samples) with exact columns."""
+    """The Quickstart's replay, smaller (2 seeds = 2 logged steps x 16 samples): every row
+    against its own step's θ_t and θ_(t+1) (templates, the actual update), µ's checkpoint
+    (the engine's, by link) for exact columns."""
     out = tmp_path_factory.mktemp("e2e") / "run"
+    ckpt = SAMPLE / "checkpoints"
     res = runner.invoke(app, [
-        "replay", str(SAMPLE / "rollouts"), "--checkpoint", str(SAMPLE / "policy"),
-        "--behavior-checkpoint", str(SAMPLE / "behavior"), "--out", str(out),
-        "--seeds", "2", "--batch-size", "16", "--lr", "1e-3",
+        "replay", str(SAMPLE / "rollouts"), "--checkpoint", str(ckpt / "step_{step}"),
+        "--next-checkpoint", str(ckpt / "step_{next_step}"), "--trainer-mask", "dppo_topk_kl",
+        "--behavior-checkpoint", str(SAMPLE / "behavior" / "step_{step}"), "--out", str(out),
+        "--seed-by", "step", "--seeds", "2", "--batch-size", "16", "--lr", "auto",
         "--update-masks", "none,dppo_topk_kl,pdm_kl_agg"])
     assert res.exit_code == 0, res.output
     return out

@@ -36,18 +36,20 @@ def print_result(result: SampleResult) -> None:
 
 @app.command("make-sample")
 def make_sample_cmd(
-    out_dir: Path = typer.Argument(..., help="Directory to write behavior/, policy/, "
-                                   "rollouts/ and README.md into."),
+    out_dir: Path = typer.Argument(..., help="Directory to write checkpoints/, rollouts/ "
+                                   "and README.md into."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice (same seed, "
                              "same data)."),
     size: Size = typer.Option(Size.small, "--size", help="small: the shipped sample "
-                              "(minutes on CPU); tiny: seconds, for tests."),
+                              "(about 10 minutes on CPU); tiny: seconds, for tests."),
     force: bool = typer.Option(False, "--force", help="Replace an existing sample in "
                                "OUT_DIR."),
 ) -> None:
-    """Train a tiny Qwen3 policy on a sorting task (SFT + one GRPO step), sample rollouts
-    from the stale checkpoint in bfloat16 with transformers generate, log µ's top-20
-    log-probs and the policy's recomputed log-probs as rollout/v1, and print statistics.
+    """Train a small Qwen3 policy on a sorting task (SFT, then GRPO steps whose rollouts
+    come from a bfloat16 engine refreshed every few steps, so stale by 0..7 steps), log the
+    last steps' batches (µ's top-20 log-probs, the trainer's float32 log-probs) as
+    rollout/v1 with θ_t of every logged step, the last θ and the trainer's AdamW state,
+    and print statistics.
     """
     # Imported here: the training code pulls in transformers (~2 s), which every other
     # command, and `pdm-replay --help`, would otherwise pay for.

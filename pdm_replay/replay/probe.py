@@ -14,7 +14,7 @@ On the sample checkpoint and log of a clone of the repository:
 >>> from pathlib import Path
 >>> import pdm_replay
 >>> sample = Path(pdm_replay.__file__).resolve().parents[1] / "sample_data"
->>> step = probe_step(sample / "policy", sample / "rollouts", samples=2)
+>>> step = probe_step(sample / "checkpoints" / "step_8", sample / "rollouts", samples=2)
 >>> step.attr.linear(step.delta).shape == (step.n,), step.snap.matches()
 (True, True)
 """

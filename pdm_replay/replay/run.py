@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -337,14 +338,16 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
     fails at once, naming the holder's PID. A start that fails its checks leaves no
     directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
-    process may use, shared by the ranks of a CPU job) and gets its previous count back.
+    process may use, shared by the ranks on this machine) and gets its previous count back.
     """
     held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
     dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
     failed = True
     try:
-        processes = dist.world_size if cfg.device == "cpu" else 1
-        choice = choose_threads(cfg.threads, cpu_budget(), processes)
+        # The ranks sharing this machine's CPUs (torchrun sets LOCAL_WORLD_SIZE; on one
+        # node it equals the world size).
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+        choice = choose_threads(cfg.threads, cpu_budget(), local if cfg.device == "cpu" else 1)
         with torch_threads(choice.threads):
             result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
         failed = False

@@ -1,6 +1,8 @@
-"""``make-sample``: train the tiny policy, roll out, log, and write a sample directory.
+"""``make-sample``: train the small policy, run GRPO from a stale engine, log, write a sample.
 
-Layout of ``OUT_DIR``: ``behavior/`` and ``policy/`` (HF checkpoints + tokenizer),
+Layout of ``OUT_DIR``: ``checkpoints/step_<t>/`` (θ_t for every logged step t and the
+last θ, HF checkpoints + tokenizer; ``optimizer.pt`` in the last logged step's),
+``behavior/step_<t>`` (links to the engine's checkpoint of each logged step),
 ``rollouts/part-00000.parquet`` (rollout/v1) and ``README.md``. Everything is built in a
 temporary sibling directory and moved into place at the end, so a failure leaves nothing
 half-written. The same seed and size give the same Parquet contents.
@@ -19,43 +21,48 @@ from typing import Callable, Iterator
 import torch
 
 from pdm_replay.io.rollouts import RolloutWriter
-from pdm_replay.sample.model import (ModelConfig, build_model, frozen_copy, load_checkpoint,
-                                     quiet_transformers)
+from pdm_replay.sample.model import ModelConfig, build_model, quiet_transformers
 from pdm_replay.sample.readme import render_readme
-from pdm_replay.sample.records import group_rows, trainer_logprobs
-from pdm_replay.sample.rollout import sample_problems
+from pdm_replay.sample.records import group_rows
+from pdm_replay.sample.rl import RLStepStats, StepBatch, run_rl
 from pdm_replay.sample.stats import SampleStats, log_statistics
 from pdm_replay.sample.task import SortTask
+from pdm_replay.sample.tokenizer import N_NUMBERS
 from pdm_replay.sample.tokenizer import build_tokenizer, save_tokenizer
-from pdm_replay.sample.train import RLStepStats, TrainConfig, rl, sft
+from pdm_replay.sample.train import TrainConfig, sft
 from pdm_replay.schema import RolloutMeta
 
-ENTRIES = ("behavior", "policy", "rollouts", "README.md")
+ENTRIES = ("checkpoints", "behavior", "rollouts", "README.md")
+CHECKPOINT = "checkpoints/step_{step}"  # θ_t; relative to OUT_DIR
+# µ of logged step t: a link to the engine's checkpoint, loaded in bf16 (no second copy)
+BEHAVIOR = "behavior/step_{step}"
+OPTIMIZER_FILE = "optimizer.pt"  # the trainer's AdamW state_dict before the last logged step
 LOG_FILE = "rollouts/part-00000.parquet"
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 @dataclass(frozen=True)
 class SizePreset:
-    """Everything a size fixes: model shape, training, task and log size."""
+    """Everything a size fixes: model shape, training and task (the log holds the logged
+    steps' batches: ``logged_steps × rl_prompts × group_size`` samples)."""
 
     model: ModelConfig
     train: TrainConfig
     min_len: int
     max_len: int
-    log_prompts: int
-    max_value: int = 1000  # numbers are drawn from [0, max_value)
+    max_value: int = N_NUMBERS  # numbers are drawn from [0, max_value)
     top_k: int = 20
 
 
 SIZES: dict[str, SizePreset] = {
-    "small": SizePreset(model=ModelConfig(), train=TrainConfig(), min_len=4, max_len=10,
-                        log_prompts=192),
-    # tiny: seconds; numbers < 20 so a short SFT already gives mixed rewards.
+    "small": SizePreset(model=ModelConfig(), train=TrainConfig(), min_len=4, max_len=10),
+    # tiny: seconds; numbers < 20 so a short SFT already gives mixed rewards; four
+    # logged steps (2..5) over two engine syncs (staleness 0, 1) after 2 warm-up steps.
     "tiny": SizePreset(model=ModelConfig(hidden_size=32, intermediate_size=64),
                        train=TrainConfig(sft_steps=150, sft_batch=16, sft_lr=2e-2,
-                                         rl_prompts=4, rl_lr=1e-2),
-                       min_len=2, max_len=4, log_prompts=4, max_value=20),
+                                         rl_steps=6, sync_every=2, logged_steps=4,
+                                         rl_prompts=2, rl_lr=1e-2),
+                       min_len=2, max_len=4, max_value=20),
 }
 
 
@@ -151,23 +158,15 @@ def _build(tmp: Path, cfg: SampleConfig, preset: SizePreset, progress: Progress
         tok = build_tokenizer()
         task = SortTask(tok, preset.min_len, preset.max_len, preset.max_value)
         train_gen = torch.Generator().manual_seed(2 * cfg.seed)
-        log_gen = torch.Generator().manual_seed(2 * cfg.seed + 1)
+        rl_gen = torch.Generator().manual_seed(2 * cfg.seed + 1)
         model = build_model(preset.model, len(tok), bos_id=tok.bos_token_id,
                             eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
         steps = preset.train.sft_steps
         losses = sft(model, task, preset.train, train_gen,
                      on_step=lambda s, _: progress("sft", s + 1, steps))
         seconds["sft"] = time.perf_counter() - clock
-        behavior = frozen_copy(model)  # θ_{t-1}
-        rl_stats = rl(model, task, preset.train, train_gen)  # model becomes θ_t
-        policy = frozen_copy(model)
+        rl_stats = _rl(tmp, task, cfg, rl_gen, model, progress)
         seconds["rl"] = time.perf_counter() - clock - sum(seconds.values())
-        _save_checkpoint(behavior, tok, tmp / "behavior")
-        _save_checkpoint(policy, tok, tmp / "policy")
-        # The engine loads the saved θ_(t-1) in bfloat16, as vLLM/SGLang would.
-        engine = load_checkpoint(tmp / "behavior", torch.bfloat16)
-        _write_log(tmp / LOG_FILE, task, engine, policy, cfg, log_gen, progress)
-        seconds["rollouts"] = time.perf_counter() - clock - sum(seconds.values())
     stats = log_statistics(tmp / "rollouts")
     seconds["statistics"] = time.perf_counter() - clock - sum(seconds.values())
     return SampleResult(out_dir=tmp, stats=stats, rl_steps=rl_stats,
@@ -175,34 +174,66 @@ def _build(tmp: Path, cfg: SampleConfig, preset: SizePreset, progress: Progress
                         seconds=seconds)
 
 
+def _rl(tmp: Path, task: SortTask, cfg: SampleConfig, gen: torch.Generator, model,
+        progress: Progress) -> list[RLStepStats]:
+    """The GRPO run; logged steps go to the log, their θ_t (and the last θ) to checkpoints/."""
+    train, tok = cfg.preset.train, task.tokenizer
+    scratch = tmp / ".engine"  # θ_t of unlogged sync steps: the engine's input, not shipped
+
+    def save(step: int, policy, opt) -> Path | None:
+        if step >= train.first_logged:
+            directory = tmp / CHECKPOINT.format(step=step)
+        elif step == train.engine_step(step):
+            directory = scratch / f"step_{step}"
+        else:
+            return None  # an unlogged step between syncs: nobody reads its θ
+        _save_checkpoint(policy, tok, directory)
+        if step == train.rl_steps - 1 and opt is not None:
+            torch.save(opt.state_dict(), directory / OPTIMIZER_FILE)
+        return directory
+
+    path = tmp / LOG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with RolloutWriter(path, rollout_meta(len(tok), cfg)) as writer:
+        def log(batch: StepBatch) -> None:
+            progress("rl", batch.step + 1, train.rl_steps)
+            if batch.step >= train.first_logged:
+                first = (batch.step - train.first_logged) * train.rl_prompts
+                writer.append(group_rows(task, batch.groups, batch.train, step=batch.step,
+                                         first_group=first))
+                _link_behavior(tmp, batch.step, train.engine_step(batch.step))
+        stats = run_rl(model, task, train, gen, cfg.preset.top_k, save, log)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return stats
+
+
+def _link_behavior(root: Path, step: int, engine_step: int) -> None:
+    """``behavior/step_<step>`` -> ``../checkpoints/step_<engine_step>`` (relative link)."""
+    link = root / BEHAVIOR.format(step=step)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(Path("..") / CHECKPOINT.format(step=engine_step), target_is_directory=True)
+
+
 def rollout_meta(vocab_size: int, cfg: SampleConfig) -> RolloutMeta:
     """Footer of the sample log; paths are relative to ``rollouts/``.
 
     ``logprobs_mode=raw``: the log-probs come from ``output_scores``, but with temperature
-    1 and no truncation no processor runs, so they are the raw model log-probs.
+    1 and no truncation no processor runs, so they are the raw model log-probs. Step t's
+    rollouts come from the engine's bf16 copy of θ at its last sync step,
+    ``../behavior/step_{step}`` (a link to that checkpoint).
     """
+    train = cfg.preset.train
+    ckpt = "../" + CHECKPOINT
+    first = ckpt.format(step=train.first_logged)
+    last = ckpt.format(step=train.rl_steps - 1)
     return RolloutMeta(
         vocab_size=vocab_size, top_k=cfg.preset.top_k, topk_convention="plus_sampled",
-        logprobs_mode="raw", tokenizer="../policy", temperature=1.0, top_p=1.0,
+        logprobs_mode="raw", tokenizer=first, temperature=1.0, top_p=1.0,
         top_k_sampling=0,
-        extra={"behavior_checkpoint": "../behavior", "policy_checkpoint": "../policy",
-               "behavior_dtype": "bfloat16", "policy_dtype": "float32",
+        extra={"behavior_checkpoint": "../" + BEHAVIOR, "behavior_dtype": "bfloat16",
+               "policy_checkpoint": ckpt,
+               "next_checkpoint": ckpt.replace("{step}", "{next_step}"),
+               "policy_dtype": "float32", "trainer_mask": train.trainer_mask,
+               "trainer_delta_kl": str(train.delta_kl),
+               "optimizer_state": f"{last}/{OPTIMIZER_FILE}",
                "generated_by": f"pdm-replay make-sample --seed {cfg.seed} --size {cfg.size}"})
-
-
-def _write_log(path: Path, task: SortTask, engine, policy, cfg: SampleConfig,
-               gen: torch.Generator, progress: Progress, chunk: int = 32) -> None:
-    """Sample from ``engine`` (behaviour in bfloat16), recompute with ``policy`` (float32)."""
-    preset = cfg.preset
-    problems = task.sample_lists(preset.log_prompts, gen)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pad = int(task.tokenizer.pad_token_id)
-    with RolloutWriter(path, rollout_meta(len(task.tokenizer), cfg)) as writer:
-        for start in range(0, len(problems), chunk):
-            part = problems[start: start + chunk]
-            groups = sample_problems(engine, task, part, preset.train.group_size,
-                                     top_k=preset.top_k)
-            rows = group_rows(task, groups, trainer_logprobs(policy, groups, pad),
-                              step=preset.train.rl_steps, first_group=start)
-            writer.append(rows)
-            progress("rollouts", start + len(part), len(problems))

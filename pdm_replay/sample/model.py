@@ -24,10 +24,11 @@ from transformers.utils import logging as hf_logging
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape of the model; the defaults ship (a few hundred thousand parameters)."""
+    """Shape of the model; the defaults ship (365k parameters, 1.5 MB in float32: 17
+    checkpoints of it fit the sample's 40 MB; most of it is the 4,103 × 64 embedding)."""
 
-    hidden_size: int = 96
-    intermediate_size: int = 256
+    hidden_size: int = 64
+    intermediate_size: int = 192
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2

@@ -124,16 +124,20 @@ def token_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
                    responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     """log π(k_t) of every response token, ``(B, T_max)``, and its validity mask.
 
-    Differentiable and vectorised (two gathers), for training losses.
+    Differentiable and vectorised, for training losses. The LM head runs only at the
+    positions that predict a response token (the prompt's logits are never needed; with a
+    4,103-token vocabulary the head is most of the model's cost).
     """
     ids, mask = _right_padded(prompts, responses, pad_id)
-    logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), -1)
-    next_lp = logp[:, :-1].gather(2, ids[:, 1:, None])[..., 0]  # (B, L-1): log p(ids[j+1])
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, L, H)
     starts = torch.tensor([len(p) - 1 for p in prompts])
     lengths = torch.tensor([len(r) for r in responses])
     t = torch.arange(int(lengths.max()))
-    index = (starts[:, None] + t).clamp(max=next_lp.shape[1] - 1)  # (B, T_max)
-    return next_lp.gather(1, index), t < lengths[:, None]
+    index = (starts[:, None] + t).clamp(max=ids.shape[1] - 2)  # (B, T_max): predicts j + 1
+    at = hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))
+    logp = torch.log_softmax(model.lm_head(at).float(), -1)  # (B, T_max, V)
+    next_lp = logp.gather(2, ids.gather(1, index + 1)[..., None])[..., 0]
+    return next_lp, t < lengths[:, None]
 
 
 def gather_topk(logp: Tensor, token: Tensor, topk_ids: Tensor) -> tuple[Tensor, Tensor]:

@@ -30,6 +30,9 @@ from pdm_replay.tokens import log_stats
 
 DELTA_KL = 0.15
 TAIL_FLOOR = 1e-3  # a µ tail above this is "non-trivial"
+MIN_DISAGREEMENTS = 1000  # KL / aggregated disagreements at DELTA_KL over the whole log
+MIN_SEEDS, SEED_SAMPLES = 16, 64  # disjoint replay seeds the log must hold
+MIN_STEPS = 3  # consecutive logged RL steps
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class SampleStats:
     """Summary of a log (token counts over loss tokens; K = the log's ``top_k``)."""
 
     samples: int
+    steps: int  # distinct logged steps
     tokens: int
     top_k: int
     topk_mass_median: float  # median µ mass of the K logged top-K entries
@@ -57,14 +61,16 @@ class SampleStats:
     reward_one_frac: float
 
     def checks(self) -> dict[str, bool]:
-        """The acceptance criteria of the shipped sample (issue 3)."""
+        """The acceptance criteria of the shipped sample (issues 3 and 18): peaked but not
+        degenerate µ, enough disagreement tokens to measure, 16 disjoint seeds of 64."""
         return {
             "peaked": self.topk_mass_median >= 0.95,
             "tail": self.tail_nontrivial_frac >= 0.05,
             "kl_tail": self.kl_over_delta_frac >= 0.02,
-            "disagreements": self.disagree_out >= 20,
+            "disagreements": self.disagree_out >= MIN_DISAGREEMENTS,
             "rewards_mixed": 0.0 < self.reward_mean < 1.0,
-            "size": self.samples >= 256 and self.tokens >= 10_000,
+            "size": self.samples >= MIN_SEEDS * SEED_SAMPLES,
+            "steps": self.steps >= MIN_STEPS,
         }
 
     def as_dict(self) -> dict:
@@ -98,21 +104,23 @@ def _token_arrays(path: Path | str, vocab_size: int, top_k: int) -> dict[str, np
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _rewards(path: Path | str) -> np.ndarray:
-    chunks = [pc.fill_null(b.column("reward"), np.nan).to_numpy(zero_copy_only=False)
-              for _, _, b in iter_record_batches(path, ["reward"])]
-    return np.concatenate(chunks).astype(np.float64)
+def _rewards_and_steps(path: Path | str) -> tuple[np.ndarray, np.ndarray]:
+    batches = [b for _, _, b in iter_record_batches(path, ["reward", "step"])]
+    rewards = [pc.fill_null(b.column("reward"), np.nan).to_numpy(zero_copy_only=False)
+               for b in batches]
+    steps = [b.column("step").to_numpy() for b in batches]
+    return np.concatenate(rewards).astype(np.float64), np.concatenate(steps)
 
 
 def log_statistics(path: Path | str, delta_kl: float = DELTA_KL) -> SampleStats:
     """:class:`SampleStats` of the rollout/v1 log at ``path`` (file or directory)."""
     meta = read_meta(path)
     a = _token_arrays(path, meta.vocab_size, meta.top_k)
-    all_rewards = _rewards(path)
+    all_rewards, steps = _rewards_and_steps(path)
     rewards = all_rewards[~np.isnan(all_rewards)]
     out = a["kl_topk"] > delta_kl
     return SampleStats(
-        samples=len(all_rewards), tokens=len(a["mass"]), top_k=meta.top_k,
+        samples=len(all_rewards), steps=len(np.unique(steps)), tokens=len(a["mass"]), top_k=meta.top_k,
         topk_mass_median=_quantile(a["mass"], 0.5), topk_mass_p05=_quantile(a["mass"], 0.05),
         tail_median=_quantile(a["mu_tail"], 0.5), tail_p95=_quantile(a["mu_tail"], 0.95),
         tail_nontrivial_frac=float((a["mu_tail"] > TAIL_FLOOR).mean()),

@@ -1,14 +1,14 @@
 """A real word-level tokenizer for the sample task, built offline with ``tokenizers``.
 
-Every integer 0..999 is one token, so a list of numbers is one token per number and an
+Every integer 0..4095 is one token, so a list of numbers is one token per number and an
 answer is multi-token. Saved as a transformers ``PreTrainedTokenizerFast`` (``tokenizer.json``
 + ``tokenizer_config.json``), so ``AutoTokenizer.from_pretrained(dir)`` loads it offline.
 
 Examples
 --------
 >>> tok = build_tokenizer()
->>> len(tok) >= 1000
-True
+>>> len(tok)
+4103
 >>> ids = tok("sort : 12 7 ->").input_ids
 >>> tok.convert_ids_to_tokens(ids)
 ['<bos>', 'sort', ':', '12', '7', '->']
@@ -27,11 +27,11 @@ from transformers import PreTrainedTokenizerFast
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 WORDS = ("sort", ":", "->")
-N_NUMBERS = 1000
+N_NUMBERS = 4096  # vocabulary 4,103: at least the 4,096 the shipped sample promises
 
 
 def vocabulary() -> dict[str, int]:
-    """Token -> id: special tokens first, then the task words, then ``"0"`` .. ``"999"``."""
+    """Token -> id: special tokens first, then the task words, then ``"0"`` .. ``"4095"``."""
     tokens = [*SPECIAL_TOKENS, *WORDS, *(str(i) for i in range(N_NUMBERS))]
     return {t: i for i, t in enumerate(tokens)}
 

@@ -1,9 +1,7 @@
-"""Training of the sample policy: supervised fine-tuning, then real GRPO steps (CPU, float32).
+"""Supervised fine-tuning of the sample policy and the knobs of its RL run (CPU, float32).
 
-GRPO step: sample ``G`` responses per prompt from the current policy, score them with
-the verifiable reward, normalise rewards per group, and take one optimiser step on the
-token-level surrogate ``−Σ_t r_t Â / N_tokens`` with ``r_t = π_θ(k_t) / sg(π_θ(k_t))``
-(on-policy, so r = 1 and its gradient is the policy gradient).
+The RL steps themselves (GRPO from a stale bfloat16 rollout engine) are in
+:mod:`pdm_replay.sample.rl`.
 """
 
 from __future__ import annotations
@@ -15,30 +13,41 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from pdm_replay.sample.rollout import sample_problems, token_logprobs
-from pdm_replay.sample.task import SortTask, group_advantages
+from pdm_replay.sample.rollout import token_logprobs
+from pdm_replay.sample.task import SortTask
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """SFT and RL knobs (the ``small`` preset of :mod:`pdm_replay.sample.make` ships)."""
 
-    sft_steps: int = 1000
+    sft_steps: int = 2000
     sft_batch: int = 64
     sft_lr: float = 1e-2
-    rl_steps: int = 1
-    rl_prompts: int = 32
-    rl_lr: float = 1.5e-3  # staleness: 1e-3 puts ~3% of tokens out of region, 3e-3 ~30%
+    rl_steps: int = 24  # GRPO steps 0 .. rl_steps - 1 after SFT (θ_0 = the SFT model)
+    sync_every: int = 8  # the engine reloads θ_t when t % sync_every == 0: staleness 0..7
+    logged_steps: int = 16  # the last ones are logged, with θ_t .. θ_{rl_steps} saved
+    rl_prompts: int = 96  # prompts per step (× group_size samples)
+    rl_lr: float = 3e-3
     group_size: int = 8
+    trainer_mask: str = "dppo_topk_kl"  # the trust-region mask the trainer applies
+    delta_kl: float = 0.15
 
+    def __post_init__(self) -> None:
+        # Logging starts at an engine sync, so every logged step's engine weights are a
+        # saved checkpoint.
+        if not 1 <= self.logged_steps <= self.rl_steps or self.first_logged % self.sync_every:
+            raise ValueError(f"logged_steps={self.logged_steps}: the logged steps must start "
+                             f"at an engine sync (a multiple of sync_every={self.sync_every}) "
+                             f"and end at rl_steps={self.rl_steps}")
 
-@dataclass(frozen=True)
-class RLStepStats:
-    """What one GRPO step saw: mean reward of its rollouts, surrogate loss, tokens."""
+    @property
+    def first_logged(self) -> int:
+        return self.rl_steps - self.logged_steps
 
-    mean_reward: float
-    loss: float
-    tokens: int
+    def engine_step(self, step: int) -> int:
+        """The step whose θ the engine served at ``step`` (its last sync)."""
+        return step - step % self.sync_every
 
 
 def sft_loss(model: PreTrainedModel, task: SortTask, problems: Sequence[list[int]]) -> Tensor:
@@ -68,37 +77,3 @@ def sft(model: PreTrainedModel, task: SortTask, cfg: TrainConfig, gen: torch.Gen
             on_step(step, losses[-1])
     model.eval()
     return losses
-
-
-def grpo_loss(model: PreTrainedModel, task: SortTask, groups: list, advantages: Tensor
-              ) -> tuple[Tensor, int]:
-    """Token-level GRPO surrogate of ``groups`` with advantages ``(P, G)``; returns (loss, N)."""
-    prompts = [g.prompt_ids for g in groups for _ in g.responses]
-    responses = [r for g in groups for r in g.responses]
-    lp, valid = token_logprobs(model, prompts, responses, int(task.tokenizer.pad_token_id))
-    ratio = torch.exp(lp - lp.detach())  # (B·G, T_max), 1 with the policy gradient
-    n = int(valid.sum())
-    return -torch.where(valid, ratio * advantages.reshape(-1, 1), 0.0).sum() / n, n
-
-
-def grpo_step(model: PreTrainedModel, opt: torch.optim.Optimizer, task: SortTask,
-              problems: Sequence[list[int]], group_size: int) -> RLStepStats:
-    """One on-policy GRPO update of ``model`` (float32) on fresh rollouts of ``problems``."""
-    model.eval()
-    groups = sample_problems(model, task, problems, group_size)
-    rewards = torch.tensor([[task.reward(r, g.numbers) for r in g.responses] for g in groups])
-    model.train()
-    loss, n = grpo_loss(model, task, groups, group_advantages(rewards))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    model.eval()
-    return RLStepStats(mean_reward=rewards.mean().item(), loss=loss.item(), tokens=n)
-
-
-def rl(model: PreTrainedModel, task: SortTask, cfg: TrainConfig, gen: torch.Generator
-       ) -> list[RLStepStats]:
-    """``cfg.rl_steps`` GRPO steps with one Adam optimiser (fresh state, as a new run)."""
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.rl_lr)
-    return [grpo_step(model, opt, task, task.sample_lists(cfg.rl_prompts, gen), cfg.group_size)
-            for _ in range(cfg.rl_steps)]

@@ -20,7 +20,7 @@ from pdm_replay.integrations.trl import RolloutLoggingGRPOTrainer, behavior_topk
 from pdm_replay.io.reader import read_meta  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY = REPO / "sample_data" / "policy"
+POLICY = REPO / "sample_data" / "checkpoints" / "step_8"
 K = 5
 EPS = float(np.finfo(np.float32).eps)
 
@@ -59,7 +59,7 @@ def test_log_validates_with_the_trainer_footer(trained) -> None:
     assert res.exit_code == 0, res.output
     meta = read_meta(log)
     assert (meta.vocab_size, meta.top_k, meta.topk_convention, meta.logprobs_mode,
-            meta.temperature, meta.top_k_sampling) == (1007, K, "plus_sampled", "processed",
+            meta.temperature, meta.top_k_sampling) == (4103, K, "plus_sampled", "processed",
                                                         1.0, 0)
     t = pq.read_table(log)
     # 2 optimizer steps, one generation batch of 4 completions each (4 prompts x 4 / 4)
@@ -133,7 +133,7 @@ def test_vllm_mode_logs_the_sampled_token_only(trained, tmp_path: Path,
     _, _, trainer = trained
     monkeypatch.setattr(trainer, "use_vllm", True)
     monkeypatch.setattr(trainer, "rollout_logger", RolloutLogger(
-        tmp_path / "v", vocab_size=1007, top_k=0, logprobs_mode="processed", on_error="skip"))
+        tmp_path / "v", vocab_size=4103, top_k=0, logprobs_mode="processed", on_error="skip"))
     sampling = torch.tensor([[-0.5, -1.0, -2.0, 0.0], [-0.1, float("nan"), -0.3, -0.2],
                              [-0.7, -0.2, 0.0, 0.0], [-1.5, -0.4, -0.9, -0.3]])
     out = {"prompt_ids": torch.tensor([[0, 1, 7]] * 4), "prompt_mask": torch.tensor(

@@ -60,7 +60,7 @@ def _config(**rollout):
     defaults = OmegaConf.load(yaml)
     return OmegaConf.create({"actor_rollout_ref": {
         "rollout": {k: defaults[k] for k in ("temperature", "top_p", "top_k", "logprobs_mode")}
-        | rollout, "model": {"path": str(REPO / "sample_data" / "policy")}}})
+        | rollout, "model": {"path": str(REPO / "sample_data" / "checkpoints" / "step_8")}}})
 
 
 def test_documented_dump_and_log_verl_give_the_same_rows(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_pickled_dataproto_is_refused_by_name(tmp_path: Path) -> None:
 def test_rollout_logger_footer_from_the_config(tmp_path: Path) -> None:
     lg = rollout_logger(tmp_path / "a", _config(temperature=0.7, top_k=20, top_p=0.95,
                                                 logprobs_mode="raw_logprobs"))
-    assert lg.meta.vocab_size == 1007  # sample_data/policy/config.json
+    assert lg.meta.vocab_size == 4103  # sample_data/checkpoints/step_8/config.json
     assert (lg.meta.temperature, lg.meta.top_k_sampling, lg.meta.top_p,
             lg.meta.logprobs_mode) == (0.7, 20, 0.95, "raw")
     with pytest.raises(ValueError, match="returns logits"):

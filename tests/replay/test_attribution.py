@@ -121,9 +121,11 @@ def test_head_tangents_equal_jvp_of_chunk_logprobs(c, v, m, hdim, temp, bias, se
 
 @pytest.fixture(scope="module")
 def sample_step() -> ProbedStep:
-    """Four samples of the sample log, θ of sample_data/policy and one real SGD step Δθ."""
+    """Eight samples of the sample log (its first rows: step 8; the finite-difference test
+    needs > 20 tokens with a non-negligible linear term), their own θ_8 and one real
+    SGD step Δθ."""
     torch.set_num_threads(1)
-    return probe_step(SAMPLE / "policy", SAMPLE / "rollouts", samples=4)
+    return probe_step(SAMPLE / "checkpoints" / "step_8", SAMPLE / "rollouts", samples=8)
 
 
 def _kl_at(s: dict, eps: float) -> torch.Tensor:
@@ -188,8 +190,9 @@ def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
 
 
 def test_sample_holds_every_disagreement_token():
-    flat = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 64, 0, 1007).flat
-    stats, loss = log_stats(flat, 1007), flat.loss_mask  # logged π: no model needed
+    vocab = read_meta(SAMPLE / "rollouts").vocab_size
+    flat = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 64, 0, vocab).flat
+    stats, loss = log_stats(flat, vocab), flat.loss_mask  # logged π: no model needed
     thresholds = Thresholds()
     dis = np.flatnonzero(disagreement_tokens(stats, thresholds) & loss)
     assert dis.size > 0

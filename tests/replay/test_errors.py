@@ -98,7 +98,7 @@ def test_tokenizer_mismatch(tmp_path, model_dir):
 
 
 def test_tokenizer_named_by_relative_path_is_compared_by_content(tmp_path, model_dir):
-    """Like sample_data: the footer says tokenizer=../policy, relative to the log's dir."""
+    """Like sample_data: the footer names the tokenizer by a path relative to the log's dir."""
     (tmp_path / "rollouts").mkdir()
     src = pq.read_table(ragged_log(tmp_path / "src.parquet"))
     meta = RolloutMeta(vocab_size=VOCAB, top_k=LOG_CFG.k, tokenizer="../tok")
