@@ -202,7 +202,8 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     masks = build_masks(names, cfg.thresholds)
     schema = tokens_schema(names).with_metadata({
         "pdm_replay.schema": "tokens/v1", THRESHOLDS_KEY: json.dumps(asdict(cfg.thresholds)),
-        "vocab_size": str(vocab), "source_log": str(cfg.log)})
+        "vocab_size": str(vocab), "source_log": str(cfg.log),
+        **({"tokenizer": meta.tokenizer} if meta.tokenizer else {})})
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), mask_pairs(names)
     keeps.update({n: 0 for n in names})
     rows = 0

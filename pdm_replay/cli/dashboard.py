@@ -12,15 +12,20 @@ from rich.markup import escape
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import err_console, fail
 from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
-from pdm_replay.dashboard_app import launch
+from pdm_replay.dashboard_app import PAGES, launch
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 
-@app.command()
+DASHBOARD_HELP = (f"Serve the dashboard ({', '.join(title for _, title, _ in PAGES)}) of RUN "
+                  "until Ctrl-C. The run is read in place and read-only; tables are paged, so "
+                  "a run of millions of tokens stays on disk.")
+
+
+@app.command(help=DASHBOARD_HELP)
 def dashboard(
     run: Path = typer.Argument(..., help="A replay run directory (manifest.json, tokens/, "
                                "updates/) or the tokens file written by `pdm-replay masks`."),
-    port: int = typer.Option(8501, "--port", "-p", help="Port to serve on."),
+    port: int = typer.Option(8501, "--port", help="Port to serve on."),
     host: str = typer.Option("127.0.0.1", "--host",
                              help="Address to bind; the default serves this machine only. "
                              "The dashboard has no authentication: any other address "
@@ -33,9 +38,7 @@ def dashboard(
                                      help="DuckDB memory limit (it spills beyond it)."),
     mask_module: MaskModules = None,
 ) -> None:
-    """Serve the dashboard (Overview, Disagreements, Divergence, Estimators, Log health) of
-    RUN until Ctrl-C. The run is read in place and read-only; tables are paged, so
-    a run of millions of tokens stays on disk."""
+    """Serve the dashboard (help text: DASHBOARD_HELP, which lists every page)."""
     try:
         cfg = launch.DashboardConfig(run=run, host=host, port=port, tokenizer=tokenizer,
                                      memory_limit=memory_limit,

@@ -10,12 +10,14 @@ import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
-from pdm_replay.cli.common import console, fail, progress_bar
+from pdm_replay.cli.common import (PlainHelpCommand, choices, console, fail, progress_bar,
+                                   value)
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          load_mask_modules, parse_mask_params)
 from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
                                   parse_mask_list, threshold_options)
-from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS, ReplayConfig
+from pdm_replay.replay.config import (CHUNK_MEMORY, DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS,
+                                      ReplayConfig)
 from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, parse_values
 
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from pdm_replay.replay.run import ReplayResult
 
 
+Optimizer, Dtype, SeedBy = (choices("Optimizer", OPTIMIZERS), choices("Dtype", DTYPES),
+                           choices("SeedBy", SEED_BY))
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
 SWEEP_HELP = ("; several values separated by commas (0.05,0.15) sweep it: each mask that "
               "reads it is simulated and recorded once per value, as MASK@VALUE")
@@ -100,7 +104,7 @@ def _print_updates(m: dict) -> None:
                       "in several seeds: the seeds are not independent")
 
 
-@app.command()
+@app.command(cls=PlainHelpCommand)
 def replay(
     log: Path = typer.Argument(..., help="Rollout log with prompt_ids (file or directory)."),
     checkpoint: Path = typer.Option(..., "--checkpoint", help="Training-policy checkpoint "
@@ -127,11 +131,12 @@ def replay(
     mask_names: Optional[str] = typer.Option(None, "--masks", help="Decisions recorded in "
                                              "tokens/. " + MASK_NAMES_HELP),
     update_masks: str = typer.Option(",".join(DEFAULT_UPDATE_MASKS), "--update-masks",
+                                     show_default=", ".join(DEFAULT_UPDATE_MASKS),
                                      help="Comma-separated masks whose update is simulated."),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds 0..N-1, one batch each; "
                               "by default no sample is in two seeds (the run fails, saying "
                               "how many fit, when the log is too small)."),
-    seed_by: str = typer.Option("sample", "--seed-by", help=f"{' | '.join(SEED_BY)}: "
+    seed_by: SeedBy = typer.Option("sample", "--seed-by", help=f"{' | '.join(SEED_BY)}: "
                                 "disjoint batches of --batch-size samples, or one seed per "
                                 "logged step (at most --batch-size of its samples)."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Let seeds share "
@@ -141,21 +146,19 @@ def replay(
                                    help="Samples per simulated step."),
     micro_batch_size: int = typer.Option(8, "--micro-batch-size", min=1,
                                          help="Samples per forward pass (memory only)."),
-    optimizer: str = typer.Option("adam", "--optimizer", help=f"One of {', '.join(OPTIMIZERS)}"
-                                  " (fresh state: the first step of a run; adam continues "
+    optimizer: Optimizer = typer.Option("adam", "--optimizer", help="The simulated step's optimizer (fresh state: the first step of a run; adam continues "
                                   "the trainer's state with --optimizer-state)."),
     lr: str = typer.Option("1e-6", "--lr", help="Learning rate of the simulated step, or "
                            "`auto` (needs --next-checkpoint): each simulated step is scaled "
                            "to the actual step's parameter norm ‖θ_{t+1} − θ_t‖."),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
-    dtype: str = typer.Option("float32", "--dtype", help=f"Weight dtype: {', '.join(DTYPES)}; "
-                              "statistics are float32/float64 regardless."),
-    behavior_dtype: Optional[str] = typer.Option(
+    dtype: Dtype = typer.Option("float32", "--dtype", help="Weight dtype; statistics are float32/float64 regardless."),
+    behavior_dtype: Optional[Dtype] = typer.Option(
         None, "--behavior-dtype", help="dtype of the behaviour model for exact µ: the "
         "rollout engine's precision. Default: the log's footer `behavior_dtype`, else --dtype."),
     chunk_tokens: Optional[int] = typer.Option(
-        None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk: bounds logits memory "
-        "to about 8 x chunk x vocab x 4 bytes. Default: from the device's free memory."),
+        None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk C: bounds logits memory "
+        f"to about {CHUNK_MEMORY}. Default: from the device's free memory."),
     delta_kl: DeltaKLs = str(THRESHOLD_DEFAULTS.delta_kl),
     delta_tv: DeltaTVs = str(THRESHOLD_DEFAULTS.delta_tv),
     attribution: bool = typer.Option(
@@ -208,13 +211,13 @@ def replay(
             log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
             masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
             seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
-            optimizer=optimizer, lr=lr, device=device, dtype=dtype, chunk_tokens=chunk_tokens,
-            behavior_dtype=behavior_dtype,
+            optimizer=value(optimizer), lr=lr, device=device, dtype=value(dtype), chunk_tokens=chunk_tokens,
+            behavior_dtype=value(behavior_dtype),
             thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
                                          sweep.delta_tv[0], clip_ratio_c,
                                          parse_mask_params(mask_param)), sweep=sweep,
             next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
-            optimizer_state=optimizer_state, seed_by=seed_by, allow_overlap=allow_overlap,
+            optimizer_state=optimizer_state, seed_by=value(seed_by), allow_overlap=allow_overlap,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
             tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
             attribution_sample=attribution_sample, fsdp=fsdp, threads=threads)

@@ -10,10 +10,12 @@ import typer
 from typer.core import TyperCommand
 
 from pdm_replay.cli.app import app
-from pdm_replay.cli.common import fail
+from pdm_replay.cli.common import choices, fail, value
 from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
+from pdm_replay.report.limits import BY, DEFAULT_MEMORY_LIMIT, FORMATS, SQL_FORMATS
 
+ReportFormat, SqlFormat, By = (choices("ReportFormat", FORMATS),
+                               choices("SqlFormat", SQL_FORMATS), choices("By", BY))
 RUN_HELP = ("A replay run directory (manifest.json, tokens/, updates/) or the tokens file "
             "written by `pdm-replay masks`.")
 MEMORY_HELP = "DuckDB memory limit (it spills to a temp directory beyond it)."
@@ -42,8 +44,8 @@ class _NameValueCommand(TyperCommand):
 @app.command()
 def report(
     run: Path = typer.Argument(..., help=RUN_HELP),
-    fmt: str = typer.Option("table", "--format", "-f",
-                            help="table | markdown | json | html (html embeds the plots)."),
+    fmt: ReportFormat = typer.Option("table", "--format", "-f",
+                                     help="Output format (html embeds the plots)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Write here (atomically) instead of stdout."),
     plots_dir: Optional[Path] = typer.Option(None, "--plots-dir",
@@ -65,8 +67,11 @@ def report(
              "own-update rates only where the replay simulated that δ (a note says so)."),
     delta_tv: Optional[float] = typer.Option(None, "--delta-tv", min=0.0,
                                              help="The same for the TV family."),
-    by: Optional[str] = typer.Option(None, "--by",
+    by: Optional[By] = typer.Option(None, "--by",
                                      help="step: every section per logged step."),
+    wide: bool = typer.Option(False, "--wide",
+                              help="--format table: every column (default: the key columns "
+                                   "in 100 terminal columns, the others named)."),
     mask_module: MaskModules = None,
 ) -> None:
     """Headline direction analysis per update basis (`actual`: the trainer's real step,
@@ -81,11 +86,11 @@ def report(
     # DuckDB and polars load when the command runs, not for --help.
     from pdm_replay.report.build import ReportConfig
     from pdm_replay.report.produce import produce_report
-    cfg = ReportConfig(source=run, format=fmt, out=out, plots_dir=plots_dir,
+    cfg = ReportConfig(source=run, format=value(fmt), out=out, plots_dir=plots_dir,
                        memory_limit=memory_limit, threads=threads,
                        bootstrap_samples=bootstrap_samples, confidence=confidence,
                        bootstrap_seed=bootstrap_seed, delta_kl=delta_kl, delta_tv=delta_tv,
-                       by=by)
+                       by=value(by), wide=wide)
     try:
         load_mask_modules(mask_module)
         _, text = produce_report(cfg)
@@ -108,7 +113,7 @@ def sql(
     param: Optional[list[str]] = typer.Option(
         None, "--param", "-p", metavar="NAME VALUE", parser=_keep,
         help="Bind $NAME to VALUE (repeatable); values are data, never SQL."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet."),
+    fmt: SqlFormat = typer.Option("table", "--format", "-f", help="Output format."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Write here (atomically); needed for parquet."),
     max_rows: int = typer.Option(50, "--max-rows", min=1, help="Rows shown by --format table."),
@@ -122,7 +127,7 @@ def sql(
     pdm-replay sql RUN "SELECT * FROM disagreements WHERE seed = $s" -p s 3"""
     from pdm_replay.report.produce import SqlConfig, run_sql
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
-                    format=fmt, out=out, max_rows=max_rows, memory_limit=memory_limit,
+                    format=value(fmt), out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)
     try:
         load_mask_modules(mask_module)

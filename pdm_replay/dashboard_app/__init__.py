@@ -21,3 +21,11 @@ ENV_MEMORY_LIMIT = "PDM_REPLAY_MEMORY_LIMIT"
 ENV_MASK_MODULES = "PDM_REPLAY_MASK_MODULES"  # --mask-module files, os.pathsep-separated
 APP_FILE = Path(__file__).with_name("app.py")
 PAGES_DIR = Path(__file__).with_name("page_scripts")
+# (file, title, icon); the first page is the default. Here, not in app.py, so that
+# `pdm-replay dashboard --help` lists the pages without importing Streamlit.
+PAGES = (("overview.py", "Overview", ":material/dashboard:"),
+         ("disagreements.py", "Disagreements", ":material/compare_arrows:"),
+         ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
+         ("estimators.py", "Estimators", ":material/functions:"),
+         ("sign_attribution.py", "Attribution", ":material/call_split:"),
+         ("log_health.py", "Log health", ":material/health_and_safety:"))

@@ -12,16 +12,7 @@ import os
 
 import streamlit as st
 
-from pdm_replay.dashboard_app import ENV_RUN_DIR, PAGES_DIR
-
-# (file, title, icon); the first page is the default.
-PAGES = (("overview.py", "Overview", ":material/dashboard:"),
-         ("disagreements.py", "Disagreements", ":material/compare_arrows:"),
-         ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
-         ("estimators.py", "Estimators", ":material/functions:"),
-         ("sign_attribution.py", "Attribution", ":material/call_split:"),
-         ("log_health.py", "Log health", ":material/health_and_safety:"))
-
+from pdm_replay.dashboard_app import ENV_RUN_DIR, PAGES, PAGES_DIR
 
 def main() -> None:
     """Configure the page, register the pages with ``st.navigation`` and run the chosen one."""

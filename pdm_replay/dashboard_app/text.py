@@ -60,6 +60,21 @@ def _log_tokenizer(manifest: dict, bases: list[Path]) -> tuple[str | None, list[
     return named, dirs
 
 
+def _masks_manifest(info: RunInfo) -> dict:
+    """For `pdm-replay masks` output (no manifest): the log and its tokenizer as the
+    tokens footer records them (``source_log``, ``tokenizer``), in manifest form."""
+    if not info.tokens_files:
+        return {}
+    import pyarrow.parquet as pq
+
+    md = {k.decode(): v.decode()
+          for k, v in (pq.read_schema(info.tokens_files[0]).metadata or {}).items()}
+    out: dict = {"config": {"log": md["source_log"]}} if "source_log" in md else {}
+    if "tokenizer" in md:
+        out["log_meta"] = {"tokenizer": md["tokenizer"]}
+    return out
+
+
 def tokenizer_candidates(info: RunInfo, explicit: str | None = None) -> list[tuple[str, str]]:
     """``(origin, name or path)`` pairs to try, best first.
 
@@ -73,7 +88,7 @@ def tokenizer_candidates(info: RunInfo, explicit: str | None = None) -> list[tup
     out: list[tuple[str, str]] = []
     if explicit:
         out += [("--tokenizer", p) for p in _path_candidates(explicit, [Path.cwd(), *bases])]
-    manifest = dict(info.manifest or {})
+    manifest = dict(info.manifest or {}) or _masks_manifest(info)
     named, log_dirs = _log_tokenizer(manifest, bases)
     if named:
         out += [("log metadata", p) for p in _path_candidates(named, [*log_dirs, *bases])]

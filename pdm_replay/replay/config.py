@@ -27,6 +27,11 @@ from pdm_replay.replay.templates import check_template
 # so the config and the CLI's --help need no torch.
 DTYPES = ("float32", "bfloat16", "float16")  # weight dtypes: torch.<name>
 OPTIMIZERS = ("adam", "sgd")
+CHUNK_COPIES = 8  # float32 (C, V) buffers alive at the peak of a chunk (gradient pass + margin)
+RECOMPUTE_COPIES = 2  # (C, V) buffers of a recompute pass: the head's output, its fp32 copy
+# the one statement of the chunk memory: `replay --help` and the README (a test checks both)
+CHUNK_MEMORY = (f"{RECOMPUTE_COPIES} · C · V · 4 bytes in the recompute passes and "
+                f"{CHUNK_COPIES} · C · V · 4 at the peak of a simulated step (V: vocabulary)")
 DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
                         "dppo_topk_tv", "pdm_tv_agg", "pdm_tv_uniform")
 # Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not

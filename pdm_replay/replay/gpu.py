@@ -28,7 +28,9 @@ from typing import Iterable
 import torch
 from torch import Tensor, nn
 
-COPIES = 8  # float32 (C, V) buffers alive at the peak of a chunk (gradient pass + margin)
+from pdm_replay.replay.config import CHUNK_COPIES
+
+COPIES = CHUNK_COPIES  # float32 (C, V) buffers at the peak of a chunk (replay.config)
 FRACTION = 0.5  # share of the free memory the chunks may use; the rest: activations
 MIN_CHUNK, MAX_CHUNK, MULTIPLE = 16, 8192, 16
 OPTIMIZER_COPIES = {"adam": 4, "sgd": 1}  # grads (+ two moments + foreach temporaries)

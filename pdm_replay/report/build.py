@@ -27,10 +27,12 @@ from pdm_replay.report import api
 from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
+from pdm_replay.report.limits import FORMATS
 from pdm_replay.report.headline import threshold_comparison
+from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
+                                      run_coverage)
 from pdm_replay.report.run import RunInfo
 
-FORMATS = ("table", "markdown", "json", "html")
 REPLAY_HINT = ("run `pdm-replay replay` on the rollout log with the training checkpoint to "
                "simulate the update")
 
@@ -51,6 +53,7 @@ class ReportConfig:
     delta_kl: float | None = None  # re-threshold the direction analysis (report time)
     delta_tv: float | None = None
     by: str | None = None  # "step": every section per logged step
+    wide: bool = False  # table format: every column, not the 100-column selection
 
     def thresholds(self) -> dict[str, float]:
         """The report-time thresholds given (``delta_kl`` / ``delta_tv``)."""
@@ -100,6 +103,8 @@ class Report:
     behavior_fidelity: pl.DataFrame = field(default_factory=pl.DataFrame)
     threshold_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # sweeps only
     by: str | None = None  # "step" when every frame has a leading step column
+    coverage: Coverage | None = None  # report.legend: what the numbers cover
+    warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
@@ -118,6 +123,9 @@ class Report:
             out[key] = rows[0] if key == "log_health" and self.by is None and rows else rows
         out["confidence"] = self.confidence
         out["by"] = self.by
+        out["legend"] = dict(LEGEND)
+        out["coverage"] = asdict(self.coverage) if self.coverage else None
+        out["warnings"] = [asdict(w) for w in self.warnings]
         out["notes"] = list(self.notes)
         return out
 
@@ -141,14 +149,15 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                         seed=bootstrap_seed)
     notes = (*_notes(db.info, health.row(0, named=True), unmeasured),
              *basis_notes(db), *extra)
-    return Report(info=db.info, headline=head, seed_rates=api.seed_rates(db),
+    rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
+    return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
                   mask_summary=api.mask_summary(db), log_health=health, notes=notes,
                   confidence=confidence, attribution=split,
-                  certificates=certificate_summary(db),
-                  behavior_fidelity=api.behavior_fidelity(db),
-                  threshold_comparison=threshold_comparison(head))
+                  certificates=certificate_summary(db), behavior_fidelity=fidelity,
+                  threshold_comparison=threshold_comparison(head), coverage=coverage,
+                  warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)))
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:
@@ -160,8 +169,8 @@ def _attribution(db: ReportDB) -> pl.DataFrame:
 
 
 def basis_notes(db: ReportDB) -> list[str]:
-    """Which updates the numbers use, overlap of seeds, and comparisons whose own updates
-    were not simulated at the threshold analysed."""
+    """Which updates the numbers use and comparisons whose own updates were not simulated
+    at the threshold analysed (overlapping seeds are a :mod:`.legend` warning)."""
     info, layout = db.info, db.layout
     notes = []
     trainer = (info.manifest or {}).get("trainer_mask")
@@ -169,13 +178,6 @@ def basis_notes(db: ReportDB) -> list[str]:
         notes.append("basis actual: ΔD after the trainer's real step (replay --next-checkpoint)"
                      "; each mask's kept tokens are its own decisions on π_pre"
                      + (f"; the trainer used {trainer['mask']}" if trainer else ""))
-    if info.kind == "replay" and not db.seeds_independent():
-        shared = db.shared_samples() or \
-            (info.manifest or {}).get("seed_overlap", {}).get("samples_in_several_seeds")
-        notes.append(f"seeds overlap: {shared} samples are in several seeds (replay "
-                     "--allow-overlap, or a replay from before disjoint seeds), so seeds are "
-                     "not independent: sign-test and Wilcoxon p-values are not shown; the "
-                     "intervals resample samples (clustered), which stays valid")
     for c in layout.comparisons:
         if info.has_updates and not c.own_measured:
             option = "--delta-kl" if c.family == "kl" else "--delta-tv"
@@ -232,5 +234,8 @@ def combine_by_step(reports: dict[int, Report]) -> Report:
     shared = set.intersection(*(set(r.notes) for r in reports.values()))
     notes = [n for n in first.notes if n in shared] + [
         f"step {step}: {n}" for step, r in reports.items() for n in r.notes if n not in shared]
+    warned = [w for w in first.warnings if all(w in r.warnings for r in reports.values())]
+    warned += [ReportWarning(w.code, f"step {step}: {w.message}") for step, r in reports.items()
+               for w in r.warnings if w not in warned]
     return Report(info=first.info, notes=tuple(notes), confidence=first.confidence,
-                  by="step", **frames)
+                  by="step", warnings=tuple(warned), **frames)

@@ -120,7 +120,12 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     ax.plot([0, 1], [0, 1], color="black", lw=0.8)
     ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"update: {first}", fontsize=8)
+    ax.set_title(f"update: {first}; below the diagonal: predictive lower (a win)",
+                 fontsize=8)
+    ax.text(0.97, 0.03, "predictive better", ha="right", va="bottom", fontsize=7,
+            transform=ax.transAxes, color="#2a7a2a")
+    ax.text(0.03, 0.97, "ratio better", ha="left", va="top", fontsize=7,
+            transform=ax.transAxes, color="#a03030")
     ax.set_xlabel("unsafe-keep rate, ratio mask")
     ax.set_ylabel("unsafe-keep rate, predictive mask")
     ax.legend(fontsize=7)

@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from dataclasses import dataclass
@@ -33,17 +34,21 @@ from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report
                                      combine_by_step)
 from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, connect,
                                   read_only_query)
+from pdm_replay.report.legend import run_coverage
+from pdm_replay.report.limits import SQL_FORMATS
 from pdm_replay.report.run import RunInfo
-from pdm_replay.report.render import (render_html, render_json, render_markdown,
-                                      render_table)
+from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
+                                      render_markdown, render_table)
 
-SQL_FORMATS = ("table", "csv", "json", "parquet")
+MAX_CELL = 40  # characters of a text cell in the sql table (csv/json/parquet keep all)
 
 
-def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None) -> str:
-    """``report`` as text in ``fmt`` (one of :data:`FORMATS`); html embeds ``plots``."""
+def render(report: Report, fmt: str, plots: dict[str, bytes] | None = None,
+           wide: bool = False) -> str:
+    """``report`` as text in ``fmt`` (one of :data:`FORMATS`); html embeds ``plots``;
+    ``wide``: the table format shows every column (default: 100 terminal columns)."""
     if fmt == "table":
-        return render_table(report)
+        return render_table(report, wide=wide)
     if fmt == "markdown":
         return render_markdown(report)
     if fmt == "json":
@@ -70,6 +75,7 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
     with connect(cfg.source, **opts) as db:
         report = build_report(db, **boot) if cfg.by is None else None
         steps = logged_steps(db) if cfg.by == "step" else []
+        coverage = run_coverage(db)
         plots = None
         if cfg.format == "html" or cfg.plots_dir is not None:
             from pdm_replay.report.plots import report_plots
@@ -82,8 +88,8 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
         if not per_step:
             raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
                              "(it holds no logged step)")
-        report = combine_by_step(per_step)
-    text = render(report, cfg.format, plots)
+        report = dataclasses.replace(combine_by_step(per_step), coverage=coverage)
+    text = render(report, cfg.format, plots, cfg.wide)
     if cfg.out is not None:
         atomic_write_bytes(Path(cfg.out), text.encode("utf-8"))
     if cfg.plots_dir is not None and plots:
@@ -201,13 +207,35 @@ def _table_text(reader: pa.RecordBatchReader, max_rows: int) -> str:
     shown = pa.Table.from_batches(batches, reader.schema)
     more = shown.num_rows > max_rows
     frame = pl.DataFrame(pl.from_arrow(shown.slice(0, max_rows)))
+    rows = [[sql_cell(v) for v in row] for row in frame.rows()]
+    keep, left_out = fit_columns(frame.columns, rows, TERMINAL_WIDTH)
+    if len(rows) == 1 and left_out:  # one wide row reads better as (column, value) lines
+        frame = pl.DataFrame({"column": frame.columns, "value": rows[0]})
+        rows, keep, left_out = [list(r) for r in frame.rows()], [0, 1], []
     table = Table(show_lines=False)
-    for name in frame.columns:
-        table.add_column(name, overflow="fold")
-    for row in frame.rows():
-        table.add_row(*("NULL" if v is None else str(v) for v in row))
-    console = Console(file=io.StringIO(), width=200, record=True, color_system=None)
+    for i in keep:
+        table.add_column(frame.columns[i], overflow="fold", width=max(
+            [len(r[i]) for r in rows] + [len(frame.columns[i])]))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True, color_system=None)
     console.print(table)
+    if left_out:
+        console.print(f"({len(left_out)} more columns: {', '.join(left_out)}; select fewer "
+                      "or use --format csv/json/parquet)", highlight=False)
     if more:
         console.print(f"(first {max_rows} rows shown; use --format csv/json/parquet for all)")
     return console.export_text()
+
+
+def sql_cell(value: object) -> str:
+    """A query result cell: NULL, floats by magnitude (4 significant digits, scientific
+    below 1e-4), thousands separators, long texts cut at :data:`MAX_CELL` characters."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    text = ", ".join(map(sql_cell, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"

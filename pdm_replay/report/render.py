@@ -12,6 +12,7 @@ Examples
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -24,6 +25,7 @@ from rich.table import Table
 from pdm_replay.report.attribution import SHARE_COLUMNS
 from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
+from pdm_replay.report.legend import LEGEND, coverage_line
 
 DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
@@ -53,7 +55,9 @@ BASIS_TEXT = {"actual": "under the trainer's actual update",
 PLOT_TITLES = {
     "kept_deltas": "ΔD of kept disagreement tokens, under the keeping mask's own update",
     "direction_terms": "Local vs global term of the KL slope (out-of-region tokens)",
-    "seed_rates": "Per-seed unsafe-keep rate: ratio vs predictive",
+    "seed_rates": "Per-seed unsafe-keep rate: ratio (x) vs predictive (y); a point below the "
+                  "diagonal is a seed where predictive kept fewer unsafe tokens (lower is "
+                  "better)",
 }
 
 
@@ -65,6 +69,8 @@ def format_value(column: str, value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if not isinstance(value, float):
         return str(value)
     column = column.split("@")[0]  # a threshold comparison's <column>@<δ>
@@ -94,10 +100,9 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
     rows = []
     for r in wins.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
-        row.update({k: format_value(k, r[k]) for k in ("basis", "family", "estimator",
-                                                        "delta", "n_seeds")})
-        row["W / L / T / empty"] = (f"{r['wins']} / {r['losses']} / {r['ties']} / "
-                                    f"{r['empty_seeds']}")
+        row.update({HEADLINE_LABELS[k]: format_value(k, r[k])
+                    for k in ("basis", "family", "estimator", "delta", "n_seeds")})
+        row["W/L/T/empty"] = f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
         row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
         row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
         row["Wilcoxon p"] = format_value("wilcoxon_p", r["wilcoxon_p"])
@@ -105,8 +110,8 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
                 ("unsafe_diff_pooled", "ci_low", "ci_high", "Δ unsafe ratio − pred. (pooled)"),
                 ("unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high",
                  "Δ unsafe (seed mean)")):
-            row[f"{label} [{ci}]"] = (f"{format_value(name, r[name])} "
-                                      f"[{format_value(lo, r[lo])}, {format_value(hi, r[hi])}]")
+            bounds = [format_value(c, r[c]).removesuffix(" pp") for c in (lo, hi)]
+            row[f"{label} [{ci}]"] = f"{format_value(name, r[name])} [{', '.join(bounds)}]"
         row["bootstrap"] = f"B = {r['bootstrap_resamples']}, {r['bootstrap_clusters']} samples"
         rows.append(row)
     columns = list(rows[0]) if rows else ["basis"]
@@ -151,6 +156,24 @@ def _sentence(r: dict[str, Any], kind: str, confidence: float) -> str:
     return text + ", no p-values: the seeds are not independent"
 
 
+THRESHOLD_NAMES = {"eps": "ε", "eps_low": "ε_low", "eps_high": "ε_high", "delta_kl": "δ_KL",
+                   "delta_tv": "δ_TV"}
+
+
+def thresholds_text(report: Report) -> str:
+    """The run's thresholds as ``ε = 0.2, …, δ_TV = 0.15 (from the tokens footer)``."""
+    t = dataclasses.asdict(report.info.thresholds)
+    return (", ".join(f"{THRESHOLD_NAMES.get(k, k)} = {v:g}" for k, v in t.items())
+            + f" (from the {report.info.thresholds_source})")
+
+
+def preamble(report: Report) -> tuple[str, list[str], list[str]]:
+    """``(coverage, warnings, legend)`` lines every format prints (texts: :mod:`.legend`)."""
+    cover = coverage_line(report.coverage) if report.coverage else ""
+    return (cover, [w.message for w in report.warnings],
+            [f"{term}: {text}" for term, text in LEGEND])
+
+
 def headline_sentences(report: Report) -> list[str]:
     """One sentence per basis and comparison, in the paper's form."""
     return [_sentence(r, report.info.kind, report.confidence) + "."
@@ -171,21 +194,92 @@ def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
                            for r in frame.rows()]
 
 
-def render_table(report: Report, width: int = 160) -> str:
-    """Rich tables as plain text (what the terminal shows)."""
-    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
-    console.print(f"[bold]pdm_replay report[/] — {report.info.source} ({report.info.kind}); "
-                  f"thresholds {report.info.thresholds} from {report.info.thresholds_source}")
+# the headline columns a 100-column terminal shows (``--wide``: every column); corrective
+# keeps are left out there: they are 100% − unsafe keeps (report.legend)
+NARROW = {"headline": ("step", "update", "family", "estimator", "δ", "unsafe: ratio (pooled)",
+                       "unsafe: pred. (pooled)", "unsafe: ratio (seed mean)",
+                       "unsafe: pred. (seed mean)", "seeds", "disagreements / seed"),
+          "seed_wins": ("step", "update", "family", "estimator", "δ", "W/L/T/empty",
+                        "sign test p", "Wilcoxon p")}
+TERMINAL_WIDTH = 100
+
+
+def column_label(name: str) -> str:
+    """A header without snake_case: ``n_out_of_region`` -> ``n out of region``."""
+    return name.replace("_", " ")
+
+
+def fit_columns(header: list[str], rows: list[list[str]], width: int
+         ) -> tuple[list[int], list[str]]:
+    """Indices of the leading columns that fit ``width`` (each at its widest cell or its
+    longest header word, + 3 for borders and padding), and the names left out."""
+    used, keep = 1, []
+    for i, h in enumerate(header):
+        need = max([len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]) + 3
+        if keep and used + need > width:
+            return keep, [header[j] for j in range(i, len(header))]
+        keep.append(i)
+        used += need
+    return keep, []
+
+
+def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
+                    ) -> tuple[list[str], list[list[str]], list[str]]:
+    header, rows = _cells(key, frame, confidence)
+    if key not in NARROW and key not in ("headline", "seed_wins"):
+        header = [column_label(h) for h in header]
+    if wide:
+        return header, rows, []
+    chosen = NARROW.get(key)
+    if chosen and frame.height:
+        pos = {h: i for i, h in enumerate(header)}
+        idx = [pos[h] for h in chosen if h in pos] + [
+            i for i, h in enumerate(header) if h.startswith("Δ unsafe ratio")]
+        dropped = [h for i, h in enumerate(header) if i not in idx]
+        header, rows = [header[i] for i in idx], [[r[i] for i in idx] for r in rows]
+    else:
+        dropped = []
+    keep, more = fit_columns(header, rows, TERMINAL_WIDTH)
+    return ([header[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped + more)
+
+
+def display_frame(key: str, frame: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """A report section as the formats print it, every cell a string (rates as percent,
+    small values scientific, no ``None``): what the dashboard shows where Streamlit's
+    fixed decimals would print 9.39e-06 as 0.00."""
+    header, rows = _cells(key, frame, confidence)
+    return pl.DataFrame([dict(zip(header, r)) for r in rows],
+                        schema={h: pl.String for h in header})
+
+
+def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
+    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
+    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
+    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
+                      color_system=None)
+    cover, warns, legend = preamble(report)
+    console.print(f"[bold]pdm_replay report[/] — {report.info.source}; thresholds "
+                  f"{thresholds_text(report)}", highlight=False)
+    console.print(f"coverage: {cover}", highlight=False)
+    for w in warns:
+        console.print(f"[bold]warning:[/] {w}", highlight=False)
     for line in headline_sentences(report):
-        console.print(f"• {line}")
+        console.print(f"• {line}", highlight=False)
     for key, title, frame in report.sections():
-        header, rows = _cells(key, frame, report.confidence)
+        header, rows, left_out = _terminal_cells(key, frame, report.confidence, wide)
         table = Table(title=title, title_justify="left")
-        for h in header:
-            table.add_column(h, overflow="fold")
+        for i, h in enumerate(header):  # headers wrap at words; cells stay whole
+            table.add_column(h, overflow="fold", width=None if wide else max(
+                [len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]))
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
+        if rows and left_out:
+            console.print(f"  ({len(left_out)} more columns with --wide: "
+                          f"{', '.join(left_out)})", highlight=False)
+    console.print("[bold]Legend[/]")
+    for line in legend:
+        console.print(f"  {line}", highlight=False)
     for note in report.notes:
         console.print(f"note: {note}", highlight=False)
     return console.export_text()
@@ -200,13 +294,17 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(report: Report) -> str:
-    parts = [f"# pdm_replay report\n\n`{report.info.source}` ({report.info.kind}); "
-             f"thresholds `{report.info.thresholds}` from {report.info.thresholds_source}.\n",
-             "\n".join(f"- {s}" for s in headline_sentences(report)) + "\n"]
+    cover, warns, legend = preamble(report)
+    parts = [f"# pdm_replay report\n\n`{report.info.source}`; thresholds "
+             f"{thresholds_text(report)}.\n\n**Coverage:** {cover}\n"]
+    if warns:
+        parts.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns) + "\n")
+    parts.append("\n".join(f"- {s}" for s in headline_sentences(report)) + "\n")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         parts.append(f"## {title}\n\n" + (_markdown_table(header, rows) if rows
                                            else "(no rows)") + "\n")
+    parts.append("## Legend\n\n" + "\n".join(f"- {line}" for line in legend) + "\n")
     if report.notes:
         parts.append("## Notes\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
     return "\n".join(parts)
@@ -220,7 +318,8 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;colo
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}"""
+img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}.warning{color:#a00}
+td{white-space:nowrap}dt{font-weight:bold}dd{margin:0 0 0.4em 1.5em}"""
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -232,12 +331,15 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
     """One self-contained page: tables, notes and the PNG ``plots`` inlined as base64."""
-    info = report.info
-    parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(info.source))}</code> "
-             f"({info.kind}); thresholds <code>{html.escape(str(info.thresholds))}</code> "
-             f"from {html.escape(info.thresholds_source)}.</p><ul>"
-             + "".join(f"<li>{html.escape(s)}</li>" for s in headline_sentences(report))
-             + "</ul>"]
+    cover, warns, legend = preamble(report)
+    parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(report.info.source))}"
+             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"
+             f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>']
+    if warns:
+        parts.append('<h2>Warnings</h2><ul class="warnings">' + "".join(
+            f'<li class="warning">{html.escape(w)}</li>' for w in warns) + "</ul>")
+    parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>"
+                                  for s in headline_sentences(report)) + "</ul>")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         parts.append(f"<h2>{html.escape(title)}</h2>"
@@ -246,6 +348,8 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{html.escape(PLOT_TITLES.get(name, name))}</h2>"
                      f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    parts.append("<h2>Legend</h2><dl>" + "".join(
+        f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>" for t, x in LEGEND) + "</dl>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(
             f'<li class="note">{html.escape(n)}</li>' for n in report.notes) + "</ul>")

@@ -9,6 +9,7 @@ there (``dashboard_<page>.png``; the README uses ``dashboard_disagreements.png``
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -45,8 +46,11 @@ PAGES = {  # sidebar link -> texts the page must show
     "Divergence": ["kl_topk", "tv_topk", "Local vs global term of Ḋ_KL"],
     "Estimators": ["Accuracy against the exact slope", "Estimates per token"],
     "Log health": ["Top-K mass coverage", "Validation of the rollout log"],
+    "Attribution": ["Attribution"],
     "Disagreements": ["disagreement tokens", "Token detail:", "µ vs π_pre vs π_post"],
 }
+WIDTH = 1280  # the issue's window width: every page must read at it
+NONE_CELL = re.compile(r"(^|\t|\n)None($|\t|\n)")  # a Python None printed as a cell
 
 
 def free_port() -> int:
@@ -104,7 +108,7 @@ def screenshot(page, name: str, tmp: Path) -> Path:
     """A screenshot of the whole page (Streamlit scrolls inside its main element)."""
     height = page.evaluate(
         "() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": min(max(height + 40, 900), 4000)})
+    page.set_viewport_size({"width": WIDTH, "height": min(max(height + 40, 900), 4000)})
     page.wait_for_timeout(800)  # charts re-layout to the new size
     path = tmp / f"dashboard_{name}.png"
     page.screenshot(path=str(path))
@@ -112,7 +116,7 @@ def screenshot(page, name: str, tmp: Path) -> Path:
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(out) / path.name)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size({"width": WIDTH, "height": 1000})
     return path
 
 
@@ -147,7 +151,7 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
             page.goto(server)
             page.get_by_role("heading", name="Overview").wait_for(timeout=90_000)
             settle(page)
@@ -157,6 +161,8 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
                 settle(page)
                 text = main_text(page)
                 assert not page.get_by_test_id("stException").count(), text
+                assert "Traceback" not in text and not NONE_CELL.search(text), (name, text)
+                assert _charts_drawn(page), name
                 for snippet in expected:
                     assert snippet in text, (name, snippet)
                 if name != "Disagreements":
@@ -164,6 +170,13 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
             check_disagreements(page, run_dir, tmp_path)
         finally:
             browser.close()
+
+
+def _charts_drawn(page) -> bool:
+    """Every Vega chart on the page drew marks (an empty spec draws an empty canvas)."""
+    return page.evaluate("""() => [...document.querySelectorAll(
+        '[data-testid="stVegaLiteChart"]')].every(c => c.querySelector(
+        'canvas, svg path, svg rect') !== null)""")
 
 
 def expected_count(run_dir: Path, **flt) -> str:

@@ -38,7 +38,11 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
             "unsafe_predictive_seed_mean", "empty_seeds"} <= set(headline)
     assert len(at.get("vega_lite_chart")) == 1
     masks = at.dataframe[1].value
-    assert "none" in set(masks["mask"]) and (masks["keep_fraction"] <= 1).all()
+    assert "none" in set(masks["mask"]) and masks["keep_fraction"].str.endswith("%").all()
+    assert not masks.isna().any().any()  # no None cells: "–" where a mask has no family
+    # the report's coverage line, warnings and legend (report.legend), not a second text
+    assert any(c.value.startswith("Coverage: replay:") for c in at.caption)
+    assert any("unsafe keep" in e.value for e in at.markdown)
 
 
 def test_disagreements_table_detail_and_context(app_for, run_dir: Path) -> None:

@@ -91,3 +91,32 @@ def test_context_escapes_html(text: str) -> None:
             return "".join(text for _ in ids)
     rendered = context_html(Echo(), [(0, 1)], pos=0)
     assert text not in rendered and html.escape(text) in rendered
+
+
+def test_masks_output_finds_the_tokenizer_named_relative_to_the_log(tmp_path, monkeypatch) -> None:
+    # a log in logs/ whose metadata names its tokenizer "tok" relative to logs/; masks output
+    # elsewhere, the dashboard started from a third directory (issue 19)
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    from pdm_replay.fixtures import SyntheticLogConfig, iter_synthetic_chunks
+    from pdm_replay.io.rollouts import RolloutWriter
+    from pdm_replay.report.run import discover_run
+    from pdm_replay.run_masks import MasksConfig, run_masks
+
+    (tmp_path / "logs" / "tok").mkdir(parents=True)
+    cfg = SyntheticLogConfig(n_samples=4)
+    log = tmp_path / "logs" / "log.parquet"
+    with RolloutWriter(log, dataclasses.replace(cfg.meta(), tokenizer="tok")) as w:
+        for table in iter_synthetic_chunks(cfg):
+            w.write(table)
+    out = tmp_path / "out" / "tokens.parquet"
+    out.parent.mkdir()
+    monkeypatch.chdir(tmp_path)
+    run_masks(MasksConfig(log=Path("logs/log.parquet"), out=out, masks=("none",)))
+    assert pq.read_schema(out).metadata[b"tokenizer"] == b"tok"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    found = tokenizer_candidates(discover_run(out))
+    assert ("log metadata", str((tmp_path / "logs" / "tok").resolve())) in found

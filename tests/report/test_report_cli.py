@@ -57,7 +57,7 @@ def test_report_markdown_and_table(hand_run: Path) -> None:
     md = invoke("report", hand_run, "--format", "markdown")
     assert md.exit_code == 0, md.output
     assert "## Direction analysis" in md.stdout and "| own | kl | agg | 0.1 | 2 |" in md.stdout
-    assert "| 2 / 0 / 0 / 0 |" in md.stdout  # wins / losses / ties / empty
+    assert "| 2/0/0/0 |" in md.stdout  # wins / losses / ties / empty
     table = invoke("report", hand_run)
     assert table.exit_code == 0 and "Mask summary" in table.stdout
 

@@ -106,7 +106,8 @@ def test_overlapping_seeds_get_no_p_values_and_a_warning(hand_run: Path) -> None
     assert all(r["sign_test_p"] is None and r["wilcoxon_p"] is None
                and r["seeds_independent"] is False for r in doc["headline"])
     assert all(r["ci_low"] is not None for r in doc["headline"] if r["unsafe_diff_pooled"])
-    assert any("seeds overlap" in n and "not independent" in n for n in doc["notes"])
+    assert any(w["code"] == "seeds_overlap" and "not independent" in w["message"]
+               for w in doc["warnings"])
     table = runner.invoke(app, ["report", str(hand_run), "-f", "markdown"])
     assert "no p-values: the seeds are not independent" in table.stdout
 
@@ -191,7 +192,7 @@ def test_by_step_groups_every_section(hand_run: Path) -> None:
     table = runner.invoke(app, ["report", str(hand_run), "--by", "step"])
     assert table.exit_code == 0 and "step 3, kl/agg" in " ".join(table.stdout.split())
     bad = runner.invoke(app, ["report", str(hand_run), "--by", "seed"])
-    assert bad.exit_code == 2 and "expected step" in bad.output
+    assert bad.exit_code == 2 and "is not one of 'step'" in bad.output  # --help lists it
 
 
 GAP = {(1, 0): 0.001, (1, 1): -0.002, (1, 2): 0.01, (1, 3): 0.0, (1, 4): 0.003,
@@ -304,4 +305,5 @@ def test_seeds_sharing_a_sample_in_the_data_are_not_independent(hand_run: Path) 
         assert (db.shared_samples(), db.seeds_independent()) == (1, False)
         report = build_report(db, bootstrap_samples=50)
     assert report.headline["sign_test_p"].is_null().all()
-    assert any("seeds overlap: 1 samples" in n for n in report.notes)
+    assert any(w.code == "seeds_overlap" and "seeds overlap: 1 samples" in w.message
+               for w in report.warnings)

@@ -10,6 +10,7 @@ import streamlit as st
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info, validation
 from pdm_replay.report import api
+from pdm_replay.report.render import display_frame
 from pdm_replay.report import dashboard_api as dapi
 
 
@@ -59,7 +60,8 @@ def render() -> None:
         st.altair_chart(charts.histogram_chart(hist, threshold=None, log=False,
                                                title="mu_mass (logged top-K µ mass)"))
     st.subheader("Full row")
-    st.dataframe(data(run, api.log_health), hide_index=True, key="health_row")
+    st.dataframe(display_frame("log_health", data(run, api.log_health)), hide_index=True,
+                 key="health_row")
     info, _ = run_info(run)
     warnings = (info.manifest or {}).get("warnings") or []
     for w in warnings:

@@ -9,17 +9,14 @@ import polars as pl
 import streamlit as st
 
 from pdm_replay.dashboard_app import charts
+from pdm_replay.dashboard_app.charts import headline_columns, headline_order
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 from pdm_replay.report.headline import threshold_comparison
+from pdm_replay.report.legend import LEGEND, explain
+from pdm_replay.report.render import display_frame
 
-HEADLINE_HELP = ("Per update basis (actual: the trainer's real step; own: each mask's own "
-                 "simulated update; none: keep-all) and (family, estimator, δ): out-of-region "
-                 "and disagreement tokens per seed; unsafe-keep rate = share of kept "
-                 "disagreement tokens whose divergence grew (ΔD > 0), pooled (Σ/Σ) and as a "
-                 "per-seed mean; corrective = ΔD < 0; wins / losses / ties / empty = seeds "
-                 "where the predictive mask's unsafe-keep rate is lower / higher / equal / "
-                 "a side kept nothing.")
+HEADLINE_HELP = "  \n".join(f"**{term}**: {text}" for term, text in LEGEND)
 
 
 def _manifest(run: RunRef) -> None:
@@ -47,9 +44,15 @@ def render() -> None:
     run = open_page("Overview", "What was replayed, and how the ratio and predictive "
                     "direction criteria compare on the tokens where they disagree.")
     _manifest(run)
+    cover, warns, head = data(run, explain)
+    st.caption(f"Coverage: {cover}")
+    for w in warns:
+        st.warning(w.message, icon="⚠️")
+    with st.expander("Legend: what each number means"):
+        st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    head = data(run, api.headline)
-    st.dataframe(head, hide_index=True, key="headline")
+    st.dataframe(head, hide_index=True, key="headline", column_order=headline_order(head),
+                 column_config=headline_columns())
     side = threshold_comparison(head)
     if side.height:
         st.subheader("Threshold comparison: every δ side by side")
@@ -62,7 +65,8 @@ def render() -> None:
     else:
         st.altair_chart(charts.seed_unsafe_chart(rates))
     st.subheader("Mask summary")
-    st.dataframe(data(run, api.mask_summary), hide_index=True, key="mask_summary")
+    st.dataframe(display_frame("mask_summary", data(run, api.mask_summary)), hide_index=True,
+                 key="mask_summary")
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing

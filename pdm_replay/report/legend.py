@@ -1,0 +1,219 @@
+"""What the report's numbers mean, what data they cover, and what to distrust.
+
+The one place the report's terms are defined: every format (:mod:`.render`: table,
+Markdown, JSON, HTML) and the dashboard print :data:`LEGEND`, a :class:`Coverage` line
+(samples and tokens replayed out of the log's, seeds, the update each number uses) and the
+:class:`ReportWarning` list of :func:`report_warnings` (too few tokens or seeds to compare,
+overlapping seeds, µ mismatch, partial runs). JSON carries the same as fields.
+
+Examples
+--------
+>>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.report.db import connect
+>>> with connect(example_run()) as db:
+...     c = run_coverage(db)
+>>> c.n_samples, c.n_seeds, c.bases
+(96, 3, ('own', 'none'))
+>>> coverage_line(c).split(" (")[0]
+'replay: 96 samples, 6,000 tokens over 3 seeds'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from pdm_replay.report.db import ReportDB
+
+# (key, text): one line per quantity, the paper's name in quotes where it has one
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("out of region", "tokens outside the trust region (top-K KL/TV > δ, SPEC §3); only "
+                      "they can be masked by a divergence mask"),
+    ("disagreement", "an out-of-region token the ratio and the predictive mask decide "
+                     "differently (one keeps it, the other drops it)"),
+    ("unsafe keep", "the paper's \"unsafe keep\": a kept disagreement token whose divergence "
+                    "grew under the update (ΔD > 0); lower is better"),
+    ("corrective keep", "the paper's \"corrective keep\": a kept disagreement token whose "
+                        "divergence shrank (ΔD ≤ 0); equals 100% − unsafe keep"),
+    ("pooled", "Σ unsafe / Σ kept over every seed: every token weighs the same"),
+    ("seed mean", "the mean of the per-seed rates: every seed weighs the same (how the "
+                  "paper's 34.2% / 36.9% read)"),
+    ("win / loss / tie / empty", "per seed: predictive unsafe-keep rate lower (win), higher "
+                                 "(loss), equal (tie) than ratio, or a mask kept no "
+                                 "disagreement token (empty: counted, never dropped)"),
+    ("basis actual", "ΔD after the trainer's real step (replay --next-checkpoint)"),
+    ("basis own", "ΔD after each mask's own simulated one-step update"),
+    ("basis none", "ΔD after the simulated keep-all update `none`"),
+    ("interval", "percentile bootstrap of ratio − predictive unsafe keep that resamples "
+                 "samples (all their tokens together), B draws"),
+    ("p-values", "sign test (wins vs losses) and Wilcoxon signed-rank (per-seed "
+                 "differences), two-sided, over compared seeds; only when seeds are "
+                 "independent"),
+)
+LEGEND_TEXT = dict(LEGEND)
+
+# A rate over n tokens has standard error √(p(1−p)/n): 9.1 pp at p = 0.5 and n = 30, larger
+# than the differences between masks the paper reports, so fewer tokens cannot rank them.
+MIN_TOKENS = 30
+# The smallest two-sided sign-test p over n seeds is 2·0.5ⁿ: 0.0625 at n = 5, 0.031 at 6.
+MIN_SEEDS = 6
+# One rounding of the logged log-prob explains any gap up to u·|log µ|; more than 1% of
+# tokens beyond it means the reloaded behaviour model is not the engine's.
+MIN_WITHIN_ROUNDING = 0.99
+
+BASIS_LINE = {"actual": "actual (the trainer's real step)",
+              "own": "own (each mask's own simulated update)",
+              "none": "none (the keep-all update)"}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the report's numbers are computed over."""
+
+    kind: str  # "replay" | "masks"
+    n_samples: int  # samples in the tokens
+    n_tokens: int
+    n_seeds: int
+    log_samples: int | None  # samples in the rollout log (manifest log_rows), if known
+    status: str | None  # manifest status ("complete", "running", "failed")
+    bases: tuple[str, ...]  # the updates ΔD is measured under, print order
+    own_updates: tuple[str, ...]  # the simulated updates the `own` basis reads
+
+
+@dataclass(frozen=True)
+class ReportWarning:
+    """One data-quality warning: a stable ``code`` and the sentence shown."""
+
+    code: str  # few_tokens | few_seeds | seeds_overlap | behavior_mismatch | partial_run
+    message: str
+    threshold: float | None = None  # the limit crossed (MIN_TOKENS, ...), where there is one
+
+
+def run_coverage(db: ReportDB) -> Coverage:
+    """The :class:`Coverage` of ``db``'s run."""
+    health = db.named("log_health").row(0, named=True)
+    manifest = db.info.manifest or {}
+    heads = db.named("alignment_by_seed")
+    own = sorted({u for u in heads.filter(pl.col("basis") == "own")["update_mask"].to_list()
+                  if u is not None}) if heads.height else []
+    log_rows = manifest.get("log_rows")
+    return Coverage(kind=db.info.kind, n_samples=int(db.named("n_samples")["n"][0]),
+                    n_tokens=int(health["n_tokens"]), n_seeds=int(health["n_seeds"] or 0),
+                    log_samples=int(log_rows) if log_rows is not None else None,
+                    status=manifest.get("status"),
+                    bases=tuple(b for b in ("actual", "own", "none")
+                                if b in set(heads["basis"].to_list())) if heads.height else (),
+                    own_updates=tuple(own))
+
+
+def coverage_line(c: Coverage) -> str:
+    """One sentence: what was replayed out of the log, and which update each number uses."""
+    of_log = (f" of the log's {c.log_samples:,}" if c.log_samples is not None
+              else " (the whole log)" if c.kind == "masks" else "")
+    text = (f"{c.kind}: {c.n_samples:,} samples{of_log}, {c.n_tokens:,} tokens over "
+            f"{c.n_seeds} seed{'s' * (c.n_seeds != 1)}")
+    if c.kind == "replay" and c.log_samples is None:
+        text += " (the manifest does not record the log's size)"
+    text += ("; out-of-region and disagreement counts need no update (π before the step)")
+    if c.bases and c.kind == "replay":
+        used = [BASIS_LINE[b] + (f": {', '.join(c.own_updates)}" if b == "own"
+                                 and c.own_updates else "") for b in c.bases]
+        text += "; ΔD and every rate under " + ", ".join(used)
+    return text
+
+
+def report_warnings(db: ReportDB, seed_rates: pl.DataFrame, headline: pl.DataFrame,
+                    behavior_fidelity: pl.DataFrame, coverage: Coverage) -> list[ReportWarning]:
+    """Every warning of the run, in the order: partial run, overlap, µ, tokens, seeds."""
+    out = _partial(coverage)
+    if coverage.kind == "replay" and not db.seeds_independent():
+        shared = db.shared_samples() or (db.info.manifest or {}).get(
+            "seed_overlap", {}).get("samples_in_several_seeds")
+        out.append(ReportWarning("seeds_overlap", (
+            f"seeds overlap: {shared} samples are in several seeds (replay --allow-overlap, "
+            "or a replay from before disjoint seeds), so seeds are not independent: "
+            "sign-test and Wilcoxon p-values are not shown; the intervals resample samples "
+            "(clustered), which stays valid")))
+    out += _behavior(behavior_fidelity) + _few_tokens(seed_rates) + _few_seeds(headline)
+    return out
+
+
+def _partial(c: Coverage) -> list[ReportWarning]:
+    out = []
+    if c.status not in (None, "complete"):
+        out.append(ReportWarning("partial_run", (
+            f"the replay's manifest says status {c.status}: only finished seeds are "
+            "reported; continue it with `pdm-replay replay ... --resume`")))
+    if c.log_samples and c.n_samples < c.log_samples:
+        out.append(ReportWarning("partial_run", (
+            f"the replay covers {c.n_samples:,} of the log's {c.log_samples:,} samples "
+            f"({c.n_samples / c.log_samples:.0%}): counts differ from `pdm-replay masks` on "
+            "the whole log; more --seeds or a larger --batch-size cover more")))
+    return out
+
+
+def _behavior(fidelity: pl.DataFrame) -> list[ReportWarning]:
+    rows = fidelity.filter(pl.col("scope") == "all") if "scope" in fidelity.columns else fidelity
+    if not rows.height or rows["within_one_rounding"][0] is None:
+        return []
+    share = float(rows["within_one_rounding"][0])
+    if share >= MIN_WITHIN_ROUNDING:
+        return []
+    return [ReportWarning("behavior_mismatch", (
+        f"µ mismatch: only {share:.1%} of tokens' logged µ are within one rounding of the "
+        f"reloaded behaviour model (expected ≥ {MIN_WITHIN_ROUNDING:.0%}): the behaviour "
+        "checkpoint or --behavior-dtype is not what the engine ran; estimator accuracy is "
+        "measured against the reloaded µ"), MIN_WITHIN_ROUNDING)]
+
+
+def _few_tokens(seed_rates: pl.DataFrame) -> list[ReportWarning]:
+    if not seed_rates.height or "n_measured_ratio" not in seed_rates.columns:
+        return []
+    keys = [k for k in ("step", "basis", "family", "estimator", "delta")
+            if k in seed_rates.columns]
+    sums = seed_rates.group_by(keys, maintain_order=True).agg(
+        pl.col("n_measured_ratio").sum(), pl.col("n_measured_predictive").sum())
+    small = sums.filter(pl.min_horizontal("n_measured_ratio", "n_measured_predictive")
+                        < MIN_TOKENS)
+    if not small.height:
+        return []
+    names = ", ".join(_key(r) + f" ({r['n_measured_ratio']} / {r['n_measured_predictive']})"
+                      for r in small.to_dicts())
+    return [ReportWarning("few_tokens", (
+        f"too few tokens to compare: fewer than {MIN_TOKENS} kept disagreement tokens "
+        f"(ratio / predictive, all seeds) in {names}; a rate over n tokens has standard "
+        f"error √(p(1−p)/n), 9 pp at n = {MIN_TOKENS}, so these rates cannot rank the "
+        "masks: replay more --seeds or a larger --batch-size"), MIN_TOKENS)]
+
+
+def _few_seeds(headline: pl.DataFrame) -> list[ReportWarning]:
+    if not headline.height or "seeds_compared" not in headline.columns:
+        return []
+    rated = headline.filter(pl.col("unsafe_ratio_pooled").is_not_null()
+                            | pl.col("unsafe_predictive_pooled").is_not_null())
+    n = rated["seeds_compared"].max() if rated.height else None
+    if n is None or n >= MIN_SEEDS:
+        return []
+    return [ReportWarning("few_seeds", (
+        f"at most {n} compared seed{'s' * (n != 1)}: the two-sided sign test cannot go "
+        f"below 2·0.5^n = {2 * 0.5 ** n:.3g} (it needs ≥ {MIN_SEEDS} seeds to reach 0.05); "
+        "replay more --seeds"), MIN_SEEDS)]
+
+
+def _key(r: dict[str, Any]) -> str:
+    step = f"step {r['step']} " if "step" in r else ""
+    return f"{step}{r['basis']} {r['family']}/{r['estimator']} δ = {r['delta']:g}"
+
+
+def explain(db: ReportDB) -> tuple[str, list[ReportWarning], pl.DataFrame]:
+    """The coverage line, the warnings and the headline they read (the dashboard's
+    Overview shows all three from one cached call: the headline is computed once)."""
+    from pdm_replay.report import api  # api imports the db layer this module sits beside
+
+    coverage = run_coverage(db)
+    head = api.headline(db)
+    warnings = report_warnings(db, api.seed_rates(db), head, api.behavior_fidelity(db),
+                               coverage)
+    return coverage_line(coverage), warnings, head
