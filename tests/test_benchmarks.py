@@ -4,7 +4,9 @@ CPU (``gpu_check.sh --smoke --device cpu``), so it cannot rot on machines withou
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,9 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_gpu_check_runs_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
+    # the script runs `python`: make it this interpreter even when the venv is not activated
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--smoke", "--device",
                     "cpu", "--repeats", "1", "--update-masks", "none", "--json", str(out)],
-                   check=True, capture_output=True, text=True, cwd=ROOT)
+                   check=True, capture_output=True, text=True, cwd=ROOT, env=env)
     figures = json.loads(out.read_text())
     ratio, replay = figures["pass"], figures["replay"]
     assert ratio["response_tokens"] == 8 * 32  # SMOKE: 8 samples x 32 response tokens
