@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import torch
 from transformers import AutoModelForCausalLM
@@ -45,15 +44,6 @@ def decoded_logits(model, row: dict) -> torch.Tensor:
         out = model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
         logits.append(out.logits[0, -1].float())
     return torch.stack(logits)
-
-
-def recompute(model, row: dict) -> tuple[np.ndarray, list[np.ndarray]]:
-    """log p(k_t) ``(T,)`` and log p at the logged top-K ids of each position."""
-    resp = row["response_ids"]
-    logp = torch.log_softmax(response_logits(model, row), -1)
-    at_k = logp[torch.arange(len(resp)), torch.tensor(resp)].numpy()
-    at_top = [logp[t, torch.tensor(top)].numpy() for t, top in enumerate(row["topk_ids"])]
-    return at_k, at_top
 
 
 def logit_ulps(model, samples: list[dict], dtype: torch.dtype = torch.bfloat16,
@@ -99,19 +89,6 @@ def rows(log: Path, limit: int | None = None) -> list[dict]:
         left = None if limit is None else limit - len(out)
         out.extend(table.slice(0, left).to_pylist() if left is not None else table.to_pylist())
     return out
-
-
-def max_abs_diff(model, samples: list[dict], logged_k: str, logged_top: str
-                 ) -> tuple[float, float]:
-    """Largest |recomputed − logged| at k and over the top-K entries, over ``samples``."""
-    worst_k = worst_top = 0.0
-    for row in samples:
-        at_k, at_top = recompute(model, row)
-        worst_k = max(worst_k, float(np.abs(at_k - np.asarray(row[logged_k])).max()))
-        for t, lp in enumerate(at_top):
-            worst_top = max(worst_top,
-                            float(np.abs(lp - np.asarray(row[logged_top][t])).max()))
-    return worst_k, worst_top
 
 
 def rows_by_step(log: Path) -> dict[int, list[dict]]:
