@@ -118,7 +118,8 @@ class RolloutLogger:
                 topk_logprobs=topk_logprobs, loss_mask=loss_mask, train_logprobs=train_logprobs,
                 train_topk_logprobs=train_topk_logprobs, prompt_ids=prompt_ids, reward=rewards,
                 group_id=group_ids))
-        opt = lambda v: None if v is None else as_numpy(v)  # noqa: E731
+        def opt(v):
+            return None if v is None else as_numpy(v)
         resp = as_numpy(response_ids)
         mask = opt(response_mask)
         if lengths is not None:

@@ -54,7 +54,9 @@ def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
                                                            device=logp.device)
     elif topk_logp_behavior is None or topk_logp_train is None:
         raise ValueError("policy_loss: topk_ids needs topk_logp_behavior and topk_logp_train")
-    d = lambda x: x.detach().double()  # noqa: E731  (statistics carry no gradient)
+    # statistics carry no gradient
+    def d(x):
+        return x.detach().double()
     support = build_support(token_ids.long(), topk_ids.long())
     sums = pair_sums(reduce_logged_pair(support, (d(logp_behavior), d(topk_logp_behavior)),
                                         (d(logp), d(topk_logp_train))))
@@ -79,7 +81,8 @@ def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantage
     """
     sel = loss_mask.bool()
     advantages = advantages.expand_as(logp)
-    pick = lambda x: None if x is None else x[sel]  # noqa: E731
+    def pick(x):
+        return None if x is None else x[sel]
     stats = mask_stats(logp[sel], logp_behavior[sel], advantages[sel], pick(token_ids),
                        pick(topk_ids), pick(topk_logp_behavior), pick(topk_logp_train),
                        vocab_size)

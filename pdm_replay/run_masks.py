@@ -14,7 +14,6 @@ Examples
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,7 @@ from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
 from pdm_replay.masks import Mask, MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, keep_column, tokens_schema
+from pdm_replay.threads import cpu_budget
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
 
@@ -83,10 +83,10 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def default_workers() -> int:
-    """The CPUs this process may run on, at most 8 (past that the single reader and
-    writer threads limit)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, 8))
+    """The CPUs this process may use (affinity capped by the cgroup CPU quota, as the
+    replay's threads: :func:`pdm_replay.threads.cpu_budget`), at most 8 (past that the
+    single reader and writer threads limit)."""
+    return max(1, min(cpu_budget().cpus, 8))
 
 
 def _check_train_columns(log: Path) -> None:

@@ -233,8 +233,8 @@ class RolloutMeta:
                              f"expected one of {CONVENTIONS} / {LOGPROBS_MODES}")
         known = {"vocab_size", "top_k", "topk_convention", "logprobs_mode", "tokenizer",
                  "temperature", "top_p", "top_k_sampling", SCHEMA_KEY}
-        opt = lambda k, f: _number(md, k, f, source) if md.get(k) not in (None, "", "None") \
-            else None  # noqa: E731
+        def opt(k, f):
+            return None if md.get(k) in (None, "", "None") else _number(md, k, f, source)
         return cls(vocab_size=_number(md, "vocab_size", int, source),
                    top_k=_number(md, "top_k", int, source),
                    topk_convention=conv, logprobs_mode=mode, tokenizer=md.get("tokenizer"),

@@ -134,7 +134,8 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
             for n, mask in masks.items()}  # a weight mask keeps where w > 0: one pass
     sel = flat.loss_mask
     every = bool(sel.all())  # usually: then nothing is copied
-    pick = (lambda v: v) if every else (lambda v: v[sel])  # noqa: E731
+    def pick(v):
+        return v if every else v[sel]
     cols: dict[str, np.ndarray] = {"step": pick(flat.step), "pos": pick(flat.pos),
                                    "token_id": pick(flat.token_id)}
     cols.update({k: pick(v.numpy()) for k, v in stats.as_dict().items()})

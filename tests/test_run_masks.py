@@ -101,7 +101,22 @@ def test_default_workers_follow_the_usable_cpus(monkeypatch: pytest.MonkeyPatch)
     import os
 
     import pdm_replay.run_masks as rm
+    import pdm_replay.threads as threads
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     assert rm.default_workers() == 3
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert rm.default_workers() == 8  # capped: one reader and one writer feed them
+
+
+def test_default_workers_follow_the_cgroup_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import pdm_replay.run_masks as rm
+    import pdm_replay.threads as threads
+    # 64 CPUs in the mask but a container limit of 2.5 CPUs: two workers, not eight
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: 2.5)
+    assert rm.default_workers() == 2
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: 0.5)  # below one CPU: still one
+    assert rm.default_workers() == 1

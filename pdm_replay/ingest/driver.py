@@ -44,8 +44,6 @@ from pdm_replay.io.rollouts import RolloutWriter, rollout_schema, rows_to_table
 from pdm_replay.schema import CONVENTIONS, LOGPROBS_MODES, RolloutMeta
 
 ON_ERROR = ("fail", "skip")
-HINT_KEYS = ("temperature", "top_p", "top_k_sampling", "logprobs_mode", "top_k",
-             "topk_convention")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def _entries(logprobs: Mapping) -> tuple[list[Entry], list[list[Entry]]]:
     (token, bytes, logprob), bytes None where the layout has none (legacy completions)."""
     if logprobs.get("content") is not None:  # chat completion
         content = logprobs["content"]
-        entry = lambda e: (e.get("token"), e.get("bytes"), e.get("logprob"))  # noqa: E731
+        def entry(e):
+            return (e.get("token"), e.get("bytes"), e.get("logprob"))
         return ([entry(c) for c in content],
                 [[entry(e) for e in (c.get("top_logprobs") or [])] for c in content])
     if logprobs.get("tokens") is not None:  # legacy completion

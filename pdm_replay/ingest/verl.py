@@ -190,7 +190,8 @@ def padded_from_verl(data: Mapping, step: int, id_prefix: str) -> PaddedBatch:
     b, t = responses.shape
     lengths = _response_lengths(data, b, t)
     prompts, prompt_mask = _prompt(data, t)
-    get = lambda name: None if data.get(name) is None else as_numpy(data[name])  # noqa: E731
+    def get(name):
+        return None if data.get(name) is None else as_numpy(data[name])
     ids = data.get("sample_id")
     step_value = mapping_get(data, "global_steps", "step")
     return PaddedBatch(

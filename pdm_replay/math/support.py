@@ -223,7 +223,8 @@ def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Te
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:
     """Pair the reduced µ and π given their log-probs on ``support`` (both ``(N, M)``)."""
-    mask = lambda lp: lp.double().masked_fill(support.invalid, -math.inf)  # noqa: E731
+    def mask(lp):
+        return lp.double().masked_fill(support.invalid, -math.inf)
     return ReducedPair(support, reduce_logprobs(mask(logp_mu_s)), reduce_logprobs(mask(logp_pi_s)))
 
 

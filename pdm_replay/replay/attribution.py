@@ -36,7 +36,6 @@ from pdm_replay.replay.tables import PreUpdate
 from pdm_replay.replay.tangent import (TangentPass, current_params, parameter_names,
                                        sequence_batches)
 
-ATTRIBUTION_COLUMNS = ("delta_kl_lin", "delta_kl_curv", "delta_kl_self", "delta_kl_cross")
 SAMPLE_STREAM = 0xA77  # second seed word: the sample's stream differs from the batch draw
 # Per-token gradients held at once on CUDA (2 per token): beyond this the group shrinks,
 # down to a loop over tokens (one pair of gradients at a time). On CPU the loop was as fast
@@ -157,8 +156,10 @@ def sample_dots(tangent: TangentPass, batches: list[PaddedBatch], weights: KLWei
     dots = torch.zeros(sample.size, dtype=torch.float64)
     wanted = {int(t): j for j, t in enumerate(sample) if advantage[int(t)] != 0}
     bounds = _offsets(batches)
-    d_fn = lambda lp_s, lp_tail, rows: weights[rows].apply(lp_s, lp_tail)  # noqa: E731
-    k_fn = lambda lp_s, lp_tail, rows: lp_s[:, 0]  # noqa: E731
+    def d_fn(lp_s, lp_tail, rows):
+        return weights[rows].apply(lp_s, lp_tail)
+    def k_fn(lp_s, lp_tail, rows):
+        return lp_s[:, 0]
     for batch, lo in zip(batches, bounds[:-1]):
         for row, positions in sequence_batches(batch):
             local = [i for i, p in enumerate(positions) if lo + int(p) in wanted]

@@ -100,7 +100,8 @@ def checkpoint_tokenizer(path: Path | str) -> str | None:
 
 
 def _same_tokenizer(a: str, b: str) -> bool:
-    norm = lambda s: s.strip().rstrip("/").lower()  # noqa: E731
+    def norm(s):
+        return s.strip().rstrip("/").lower()
     return norm(a) == norm(b)
 
 

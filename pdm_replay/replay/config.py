@@ -83,7 +83,8 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        def set_(k, v):
+            return object.__setattr__(self, k, v)
         for name in ("log", "out", *STEP_PATHS):
             value = getattr(self, name)
             if value is not None:

@@ -122,8 +122,8 @@ def finished_run(source: Path | str) -> tuple[RunInfo, RunStatus]:
     if info.kind != "replay" or not done_dir.is_dir():
         return info, RunStatus(status, None, 0, error)
     done = _done_seeds(done_dir)
-    keep = lambda files: tuple(f for f in files  # noqa: E731
-                               if _seed_of(f.relative_to(source)) in done)
+    def keep(files):
+        return tuple(f for f in files if _seed_of(f.relative_to(source)) in done)
     tokens, updates = keep(info.tokens_files), keep(info.updates_files)
     if not tokens:
         raise RunNotReady(f"{source}: no seed has finished yet ({done_dir} holds no marker); "

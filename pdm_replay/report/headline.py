@@ -85,8 +85,9 @@ def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int,
     run)."""
     wide = frame.pivot(on="direction", index=["sample_id", "seed"],
                        values=["n_measured", "n_unsafe"], aggregate_function="sum")
-    col = lambda name: (wide[name].fill_null(0).to_numpy() if name in wide.columns  # noqa: E731
-                        else np.zeros(wide.height, np.int64))
+    def col(name):
+        return (wide[name].fill_null(0).to_numpy() if name in wide.columns
+                else np.zeros(wide.height, np.int64))
     seed_ix = {s: i for i, s in enumerate(seeds)}
     return ClusterCounts(
         cluster=np.array([ids[s] for s in wide["sample_id"].to_list()], np.int64),

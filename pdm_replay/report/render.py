@@ -286,7 +286,8 @@ def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    def esc(s):
+        return str(s).replace("|", "\\|")
     lines = ["| " + " | ".join(esc(h) for h in header) + " |",
              "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]

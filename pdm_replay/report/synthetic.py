@@ -104,7 +104,8 @@ def _support_post(tok: pa.Table, logp_post: np.ndarray) -> pa.Array:
 def _updates(rng: np.random.Generator, tok: pa.Table, true: dict[str, np.ndarray],
              update_mask: str) -> pa.Table:
     """One update mask's rows: ΔD follows the kept tokens' true slope, plus noise."""
-    col = lambda name: tok.column(name).to_numpy()  # noqa: E731
+    def col(name):
+        return tok.column(name).to_numpy()
     n, kept = tok.num_rows, col(f"keep_{update_mask}")
     step = kept * np.sign(col("advantage"))
     rows: dict[str, object] = {"seed": col("seed"), "update_mask": pa.array([update_mask] * n),

@@ -98,19 +98,24 @@ def _row_label(row: dict) -> str:
             f"· pos {row['pos']} · kept by {row['kept_by']}")
 
 
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
 def _detail_metrics(row: dict, token: dict, updates: pl.DataFrame) -> None:
     fam = row["family"]
-    post = updates.filter(pl.col("update_mask") == row["update_mask"])
+    # no update basis (masks output): comparing with None would be a null filter
+    post = (updates.clear() if row["update_mask"] is None
+            else updates.filter(pl.col("update_mask") == row["update_mask"]))
     d_post = post[f"{fam}_topk_post"][0] if post.height else None
-    fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
     cols = st.columns(6)
-    cols[0].metric(f"D_pre ({fam.upper()} top-K)", fmt(row["d_pre"]))
-    cols[1].metric("δ", fmt(row["delta"]))
-    cols[2].metric(f"D_post [{row['update_mask']}]", fmt(d_post),
+    cols[0].metric(f"D_pre ({fam.upper()} top-K)", _fmt(row["d_pre"]))
+    cols[1].metric("δ", _fmt(row["delta"]))
+    cols[2].metric(f"D_post [{row['update_mask']}]", _fmt(d_post),
                    delta=None if row["delta_d"] is None else f"{row['delta_d']:+.4g}",
                    delta_color="inverse")
-    cols[3].metric("Â", fmt(token["advantage"]))
-    cols[4].metric("r = π_k / µ_k", fmt(token["ratio"]))
+    cols[3].metric("Â", _fmt(token["advantage"]))
+    cols[4].metric("r = π_k / µ_k", _fmt(token["ratio"]))
     cols[5].metric("support |S|", token["support_size"])
 
 

@@ -14,19 +14,22 @@ from pdm_replay.report.render import display_frame
 from pdm_replay.report import dashboard_api as dapi
 
 
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3g}"
+
+
 def _health(run: RunRef) -> None:
     h = data(run, api.log_health).row(0, named=True)
-    fmt = lambda v, f="{:.3g}": "n/a" if v is None else f.format(v)  # noqa: E731
     cols = st.columns(6)
     cols[0].metric("Tokens", f"{h['n_tokens']:,}")
     cols[1].metric("Mass overflow", f"{h['n_mass_overflow']:,}",
                    help="Tokens whose logged top-K µ mass exceeds 1 (+ tolerance).")
-    cols[2].metric("Overflow fraction", fmt(h["mass_overflow_fraction"]))
+    cols[2].metric("Overflow fraction", _fmt(h["mass_overflow_fraction"]))
     cols[3].metric("Non-finite stats", f"{h['n_nonfinite']:,}")
     cols[4].metric("Â = 0", f"{h['n_zero_advantage']:,}")
-    cols[5].metric("Recompute deviation (max)", fmt(h["recompute_deviation_max"]),
+    cols[5].metric("Recompute deviation (max)", _fmt(h["recompute_deviation_max"]),
                    help="Replay's |log π recomputed − log π logged| (manifest.json); "
-                        f"mean {fmt(h['recompute_deviation_mean'])}.")
+                        f"mean {_fmt(h['recompute_deviation_mean'])}.")
 
 
 def _validate(run: RunRef) -> None:
