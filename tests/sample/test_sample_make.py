@@ -147,7 +147,6 @@ def test_next_checkpoint_is_the_trainers_real_update(tiny: Path, tmp_path: Path)
     run_masks(MasksConfig(log=tiny / "rollouts", out=tmp_path / "tokens.parquet"))
     tokens = pl.read_parquet(tmp_path / "tokens.parquet").filter(pl.col("step") == 5)
     keep = dict(zip(zip(tokens["sample_id"], tokens["pos"]), tokens["keep_dppo_topk_kl"]))
-    assert not all(keep.values())  # the mask matters on this step
     ckpt, batch = tiny / "checkpoints", rows_by_step(tiny / "rollouts")[5]
     state_file = ckpt / "step_5" / "optimizer.pt"
     state = torch.load(state_file, weights_only=True)
@@ -156,10 +155,19 @@ def test_next_checkpoint_is_the_trainers_real_update(tiny: Path, tmp_path: Path)
     after = replayed_trainer_update(ckpt / "step_5", state_file, batch, keep)
     err, moved = update_error_in_lr(after, ckpt / "step_6", ckpt / "step_5", lr)
     assert err <= UPDATE_LR and moved > 0.5, (err, moved)
-    # neither a trainer that kept every token nor a fresh optimizer gives θ_6
-    keep_all = {k: True for k in keep}
-    other = replayed_trainer_update(ckpt / "step_5", state_file, batch, keep_all)
-    assert update_error_in_lr(other, ckpt / "step_6", ckpt / "step_5", lr)[0] > UPDATE_LR
+    # Neither another keep set nor a fresh optimizer gives θ_6. Whether the mask dropped
+    # anything on step 5 depends on the CPU: sampling turns float-path differences into
+    # other tokens (one AMD EPYC: 16 of 76 dropped under ATEN_CPU_CAPABILITY=default, none
+    # of 57 on its AVX2 path). So the other trainer drops one more token, a kept one with
+    # Â ≠ 0 (measured: 0.017 lr and 0.027 lr from θ_6 on the two paths, 170x UPDATE_LR),
+    # and, where the mask dropped some, a trainer that kept every token is checked too.
+    advantage = {(r["sample_id"], t): a for r in batch for t, a in enumerate(r["advantages"])}
+    one_more = dict(keep)
+    one_more[next(k for k, v in keep.items() if v and advantage[k] != 0)] = False
+    others = [one_more] + ([{k: True for k in keep}] if not all(keep.values()) else [])
+    for other_keep in others:
+        other = replayed_trainer_update(ckpt / "step_5", state_file, batch, other_keep)
+        assert update_error_in_lr(other, ckpt / "step_6", ckpt / "step_5", lr)[0] > UPDATE_LR
     fresh = replayed_trainer_update(ckpt / "step_5", None, batch, keep, lr=lr)
     assert update_error_in_lr(fresh, ckpt / "step_6", ckpt / "step_5", lr)[0] > UPDATE_LR
 
