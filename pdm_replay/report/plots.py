@@ -145,6 +145,7 @@ def mask_comparison_png(frame: pl.DataFrame) -> bytes:
     axes = fig.subplots(1, len(families), squeeze=False)[0]
     if not measured.height:
         _empty(axes[0], "no realized ΔD: the run has no simulated update (needs a replay)")
+        return _png(fig)
     for ax, family in zip(axes, families):
         rows = measured.filter(pl.col("family") == family).to_dicts()[::-1]
         ax.bxp([{"whislo": r["p10_delta_d"], "q1": r["p25_delta_d"],

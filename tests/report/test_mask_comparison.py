@@ -89,3 +89,34 @@ def test_unsimulated_mask_and_actual_row(tmp_path: Path) -> None:
     assert missing["update_mask"] is None and missing["n_measured"] == 0
     assert "dppo_topk_kl" in comparison_note(df, True)
     assert "pdm_kl_agg" not in comparison_note(df, True)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json", "html"])
+@pytest.mark.parametrize("source", ["hand_run", "hand_masks_file"])
+def test_every_format_has_the_section(fmt: str, source: str, request) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pdm_replay.cli import app
+    from pdm_replay.report.legend import LEGEND_TEXT
+
+    path = request.getfixturevalue(source)
+    result = CliRunner().invoke(app, ["report", str(path), "-f", fmt,
+                                      "--bootstrap-samples", "20"])
+    assert result.exit_code == 0, result.output
+    masks_only = source == "hand_masks_file"
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        rows = doc["mask_comparison"]
+        assert {(r["mask"], r["family"]) for r in rows} >= {("pdm_kl_agg", "kl"),
+                                                           ("pdm_kl_agg", "tv")}
+        assert all((r["median_delta_d"] is None) == masks_only for r in rows)
+        assert (doc["section_notes"].get("mask_comparison") == NO_UPDATES) == masks_only
+        return
+    flat = " ".join(result.stdout.split()).replace("&gt;", ">")
+    assert "Mask comparison: keep fraction" in flat
+    assert ("ΔD columns are empty: this run has no simulated update" in flat) == masks_only
+    assert " ".join(LEGEND_TEXT["ΔD > 0"].split()[:6]) in flat
+    if fmt == "html":  # html always embeds the plots
+        assert 'alt="mask_comparison"' in flat
