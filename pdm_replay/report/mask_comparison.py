@@ -34,12 +34,12 @@ COLUMNS = ("mask", "direction", "mask_family", "family", "delta", "n_tokens", "n
            "p10_delta_d", "p25_delta_d", "median_delta_d", "p75_delta_d", "p90_delta_d",
            "share_increased")
 # the column a reader looks at first, with its label (terminal, Markdown, HTML, dashboard)
-LABELS = {"mask": "mask", "direction": "direction", "family": "divergence", "delta": "δ",
-          "keep_fraction": "keep", "n_out_of_region": "out of region",
-          "out_of_region_keep_fraction": "out of region kept", "update_mask": "update",
-          "n_measured": "ΔD measured", "median_delta_d": "median ΔD",
-          "p10_delta_d": "p10 ΔD", "p90_delta_d": "p90 ΔD", "mean_delta_d": "mean ΔD",
-          "share_increased": "ΔD > 0"}
+LABELS = {"mask": "mask", "family": "divergence", "keep_fraction": "keep",
+          "n_out_of_region": "out of region", "out_of_region_keep_fraction":
+          "out of region kept", "median_delta_d": "median ΔD", "p10_delta_d": "p10 ΔD",
+          "p90_delta_d": "p90 ΔD", "share_increased": "ΔD > 0", "mean_delta_d": "mean ΔD",
+          "update_mask": "update", "n_measured": "ΔD measured", "direction": "direction",
+          "delta": "δ"}
 PERCENT = ("keep_fraction", "out_of_region_keep_fraction", "share_increased")
 NO_UPDATES = ("ΔD columns are empty: this run has no simulated update (updates/v1); run "
               "`pdm-replay replay` with --update-masks naming the masks to compare (and "
