@@ -135,6 +135,16 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     return _png(fig)
 
 
+def _horizontal(ax: Any) -> dict[str, Any]:
+    """``bxp``'s horizontal option: ``orientation`` from matplotlib 3.10 (``vert`` is
+    deprecated in 3.11), ``vert=False`` before."""
+    import inspect
+
+    if "orientation" in inspect.signature(ax.bxp).parameters:
+        return {"orientation": "horizontal"}
+    return {"vert": False}
+
+
 def mask_comparison_png(frame: pl.DataFrame) -> bytes:
     """One panel per divergence family: a box of ΔD (p25–p75, whiskers p10–p90, median
     line) per mask whose own update was measured, labelled with its keep fraction."""
@@ -151,7 +161,7 @@ def mask_comparison_png(frame: pl.DataFrame) -> bytes:
         ax.bxp([{"whislo": r["p10_delta_d"], "q1": r["p25_delta_d"],
                  "med": r["median_delta_d"], "q3": r["p75_delta_d"], "whishi": r["p90_delta_d"],
                  "fliers": [], "label": f"{r['mask']} (keep {r['keep_fraction']:.0%})"}
-                for r in rows], vert=False, showfliers=False)
+                for r in rows], showfliers=False, **_horizontal(ax))
         ax.axvline(0.0, color="black", lw=0.8)
         ax.set_title(f"{family.upper()}: δ = {rows[0]['delta']:g}, "
                      f"{rows[0]['n_out_of_region']:,} tokens out of region", fontsize=9)
