@@ -28,4 +28,5 @@ PAGES = (("overview.py", "Overview", ":material/dashboard:"),
          ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
          ("estimators.py", "Estimators", ":material/functions:"),
          ("sign_attribution.py", "Attribution", ":material/call_split:"),
+         ("mask_comparison.py", "Mask comparison", ":material/compare:"),
          ("log_health.py", "Log health", ":material/health_and_safety:"))

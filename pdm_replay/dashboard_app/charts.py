@@ -171,3 +171,26 @@ def headline_columns() -> dict[str, Any]:
                 if c not in ("basis", "family", "estimator")
                 else st.column_config.TextColumn(label.get(c, c), width=width[c]))
             for c in HEADLINE_KEY}
+
+
+def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
+    """Keep fraction (x: the cost in kept gradient) vs the median realized ΔD on
+    out-of-region tokens under each mask's own update (y; rule p10–p90), one colour per
+    divergence family; ``frame`` is :func:`pdm_replay.report.mask_comparison.mask_comparison`
+    rows with a measured ΔD. Lower and to the right: the divergence kept down at little cost."""
+    base = alt.Chart(frame).encode(
+        x=alt.X("keep_fraction:Q", title="keep fraction (share of tokens whose gradient "
+                "is used)", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
+        color=alt.Color("family:N", title="divergence"))
+    tips = ["mask", "family", alt.Tooltip("keep_fraction:Q", format=".1%"),
+            alt.Tooltip("median_delta_d:Q", format=".3g"),
+            alt.Tooltip("p10_delta_d:Q", format=".3g"),
+            alt.Tooltip("p90_delta_d:Q", format=".3g"), "n_measured"]
+    spread = base.mark_rule(opacity=0.5).encode(y="p10_delta_d:Q", y2="p90_delta_d:Q")
+    points = base.mark_point(filled=True, size=60).encode(
+        y=alt.Y("median_delta_d:Q", title="ΔD, own update (median, p10–p90)"),
+        tooltip=tips)
+    labels = base.mark_text(align="left", dx=6, fontSize=10).encode(
+        y="median_delta_d:Q", text="mask:N", tooltip=tips)
+    zero = alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="black").encode(y="y:Q")
+    return alt.layer(spread, points, labels, zero).properties(height=360, width="container")

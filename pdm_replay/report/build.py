@@ -28,6 +28,7 @@ from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.limits import FORMATS
+from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
@@ -80,6 +81,9 @@ SECTIONS = (
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
                     "(updates `actual` and `none`)"),
     ("mask_summary", "Mask summary"),
+    ("mask_comparison", "Mask comparison: keep fraction (the cost in kept gradient) vs the "
+                        "realized ΔD on out-of-region tokens under each mask's own update "
+                        "(lower ΔD: the divergence kept down; `actual` = the trainer's step)"),
     ("log_health", "Log health"),
 )
 
@@ -105,6 +109,8 @@ class Report:
     by: str | None = None  # "step" when every frame has a leading step column
     coverage: Coverage | None = None  # report.legend: what the numbers cover
     warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
+    mask_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # .mask_comparison
+    section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
@@ -126,6 +132,7 @@ class Report:
         out["legend"] = dict(LEGEND)
         out["coverage"] = asdict(self.coverage) if self.coverage else None
         out["warnings"] = [asdict(w) for w in self.warnings]
+        out["section_notes"] = dict(self.section_notes)
         out["notes"] = list(self.notes)
         return out
 
@@ -150,6 +157,8 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     notes = (*_notes(db.info, health.row(0, named=True), unmeasured),
              *basis_notes(db), *extra)
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
+    compared = mask_comparison(db)
+    why = comparison_note(compared, db.info.has_updates)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
@@ -157,7 +166,9 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   confidence=confidence, attribution=split,
                   certificates=certificate_summary(db), behavior_fidelity=fidelity,
                   threshold_comparison=threshold_comparison(head), coverage=coverage,
-                  warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)))
+                  warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)),
+                  mask_comparison=compared, section_notes={"mask_comparison": why} if why
+                  else {})
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:
@@ -238,4 +249,5 @@ def combine_by_step(reports: dict[int, Report]) -> Report:
     warned += [ReportWarning(w.code, f"step {step}: {w.message}") for step, r in reports.items()
                for w in r.warnings if w not in warned]
     return Report(info=first.info, notes=tuple(notes), confidence=first.confidence,
-                  by="step", warnings=tuple(warned), **frames)
+                  by="step", warnings=tuple(warned), section_notes=first.section_notes,
+                  **frames)

@@ -41,6 +41,8 @@ import pyarrow.parquet as pq
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.db import ReportDB, connect, load_sql
+# the Mask comparison page's query (computed in report.mask_comparison only)
+from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
 from pdm_replay.report.run import RunInfo, discover_run
 
 QUERIES = "dashboard_queries.sql"

@@ -14,7 +14,9 @@ or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignmen
 ``seed_wins``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
 ``sign_accuracy``, ``estimator_accuracy``,
 ``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``,
-``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``.
+``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``,
+``comparison_region``, ``comparison_decisions``, ``comparison_totals``,
+``comparison_deltas``, ``mask_comparison`` (:mod:`pdm_replay.report.mask_comparison`).
 
 Examples
 --------
@@ -58,7 +60,7 @@ from pdm_replay.report.run import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
-              "views_summary.sql", "views_attribution.sql")
+              "views_summary.sql", "views_attribution.sql", "views_mask_comparison.sql")
 
 
 def load_sql(name: str) -> str:

@@ -51,6 +51,17 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("p-values", "sign test (wins vs losses) and Wilcoxon signed-rank (per-seed "
                  "differences), two-sided, over compared seeds; only when seeds are "
                  "independent"),
+    ("keep", "mask comparison: the share of all tokens a mask keeps (its gradient used); "
+             "the cost side: lower keeps less of the learning signal"),
+    ("out of region kept", "mask comparison: the share of out-of-region tokens (top-K D > δ "
+                           "at the run's thresholds, the same tokens for every mask) the "
+                           "mask keeps"),
+    ("median / p10 / p90 ΔD", "mask comparison: quantiles of the realized ΔD = D_post − D_pre "
+                              "on out-of-region tokens under the mask's own simulated update "
+                              "(`actual`: the trainer's real step); lower: the divergence "
+                              "kept down"),
+    ("ΔD > 0", "mask comparison: the share of measured out-of-region tokens whose divergence "
+               "grew under the mask's own update"),
 )
 LEGEND_TEXT = dict(LEGEND)
 

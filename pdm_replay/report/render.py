@@ -26,6 +26,7 @@ from pdm_replay.report.attribution import SHARE_COLUMNS
 from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 from pdm_replay.report.legend import LEGEND, coverage_line
+from pdm_replay.report.mask_comparison import comparison_display
 
 DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
@@ -58,6 +59,9 @@ PLOT_TITLES = {
     "seed_rates": "Per-seed unsafe-keep rate: ratio (x) vs predictive (y); a point below the "
                   "diagonal is a seed where predictive kept fewer unsafe tokens (lower is "
                   "better)",
+    "mask_comparison": "Mask comparison: realized ΔD on out-of-region tokens under each "
+                       "mask's own update (box p25–p75, whiskers p10–p90) and its keep "
+                       "fraction; a box left of 0 kept the divergence down",
 }
 
 
@@ -183,7 +187,8 @@ def headline_sentences(report: Report) -> list[str]:
 def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
            ) -> tuple[list[str], list[list[str]]]:
     """Header and string rows of a section (headline relabelled, log health transposed)."""
-    shows = {"headline": headline_display, "seed_wins": seed_wins_display}
+    shows = {"headline": headline_display, "seed_wins": seed_wins_display,
+             "mask_comparison": lambda f, _: comparison_display(f)}
     if key in shows and frame.height:
         shown = shows[key](frame, confidence)
         return shown.columns, [list(r) for r in shown.rows()]
@@ -200,7 +205,10 @@ NARROW = {"headline": ("step", "update", "family", "estimator", "δ", "unsafe: r
                        "unsafe: pred. (pooled)", "unsafe: ratio (seed mean)",
                        "unsafe: pred. (seed mean)", "seeds", "disagreements / seed"),
           "seed_wins": ("step", "update", "family", "estimator", "δ", "W/L/T/empty",
-                        "sign test p", "Wilcoxon p")}
+                        "sign test p", "Wilcoxon p"),
+          "mask_comparison": ("step", "mask", "divergence", "keep", "out of region",
+                              "out of region kept", "median ΔD", "p90 ΔD", "ΔD > 0",
+                              "update")}
 TERMINAL_WIDTH = 100
 
 
@@ -226,7 +234,7 @@ def fit_columns(header: list[str], rows: list[list[str]], width: int
 def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
-    if key not in NARROW and key not in ("headline", "seed_wins"):
+    if key not in NARROW:
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []
@@ -274,6 +282,8 @@ def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
+        if key in report.section_notes:
+            console.print(f"  ({report.section_notes[key]})", highlight=False)
         if rows and left_out:
             console.print(f"  ({len(left_out)} more columns with --wide: "
                           f"{', '.join(left_out)})", highlight=False)
@@ -303,8 +313,9 @@ def render_markdown(report: Report) -> str:
     parts.append("\n".join(f"- {s}" for s in headline_sentences(report)) + "\n")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
+        why = f"\n\n_{report.section_notes[key]}_" if key in report.section_notes else ""
         parts.append(f"## {title}\n\n" + (_markdown_table(header, rows) if rows
-                                           else "(no rows)") + "\n")
+                                           else "(no rows)") + why + "\n")
     parts.append("## Legend\n\n" + "\n".join(f"- {line}" for line in legend) + "\n")
     if report.notes:
         parts.append("## Notes\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
@@ -343,8 +354,10 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
                                   for s in headline_sentences(report)) + "</ul>")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
+        why = report.section_notes.get(key)
         parts.append(f"<h2>{html.escape(title)}</h2>"
-                     + (_html_table(header, rows) if rows else "<p>(no rows)</p>"))
+                     + (_html_table(header, rows) if rows else "<p>(no rows)</p>")
+                     + (f'<p class="note">{html.escape(why)}</p>' if why else ""))
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{html.escape(PLOT_TITLES.get(name, name))}</h2>"

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
-from pdm_replay.run_masks import THRESHOLDS_KEY
+from pdm_replay.schema import THRESHOLDS_KEY
 from pdm_replay.schema import (SCHEMA_KEY, TOKENS_SCHEMA_ID, UPDATES_SCHEMA_ID,
                                VARIANTS_KEY)
 

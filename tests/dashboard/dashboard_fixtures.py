@@ -23,7 +23,8 @@ from pdm_replay.sample.tokenizer import build_tokenizer, save_tokenizer
 PAGE_FILES = {"Overview": None, "Disagreements": "page_scripts/disagreements.py",
               "Divergence": "page_scripts/divergence.py",
               "Estimators": "page_scripts/estimators.py",
-              "Log health": "page_scripts/log_health.py"}
+              "Log health": "page_scripts/log_health.py",
+              "Mask comparison": "page_scripts/mask_comparison.py"}
 
 
 def add_tokenizer(run: Path, tokenizer_dir: Path) -> Path:

@@ -1,6 +1,8 @@
 """End to end in a real browser: `pdm-replay dashboard` serves the run on localhost and
 Debian's Chromium (headless, driven by Playwright) opens every page, changes a filter,
-opens a token's detail and saves screenshots.
+opens a token's detail and saves screenshots of every page at 1,280 px. Each page fails on
+a Python traceback, an empty or ``None`` dataframe cell (read from the grid's accessible
+table: the cells themselves are drawn on a canvas) or a chart that drew no mark.
 
 Screenshots go to the test's temp dir and, when ``$PDM_REPLAY_SCREENSHOT_DIR`` is set, also
 there (``dashboard_<page>.png``; the README uses ``dashboard_disagreements.png``).
@@ -47,6 +49,7 @@ PAGES = {  # sidebar link -> texts the page must show
     "Estimators": ["Accuracy against the exact slope", "Estimates per token"],
     "Log health": ["Top-K mass coverage", "Validation of the rollout log"],
     "Attribution": ["Attribution"],
+    "Mask comparison": ["Keep fraction vs realized ΔD", "Every mask", "out of region kept"],
     "Disagreements": ["disagreement tokens", "Token detail:", "µ vs π_pre vs π_post"],
 }
 WIDTH = 1280  # the issue's window width: every page must read at it
@@ -162,7 +165,8 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
                 text = main_text(page)
                 assert not page.get_by_test_id("stException").count(), text
                 assert "Traceback" not in text and not NONE_CELL.search(text), (name, text)
-                assert _charts_drawn(page), name
+                assert not (empty := _charts_drawn(page)), (name, empty)
+                assert not (bad := _scan_frames(page)), (name, bad)
                 for snippet in expected:
                     assert snippet in text, (name, snippet)
                 if name != "Disagreements":
@@ -172,11 +176,68 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
             browser.close()
 
 
-def _charts_drawn(page) -> bool:
-    """Every Vega chart on the page drew marks (an empty spec draws an empty canvas)."""
-    return page.evaluate("""() => [...document.querySelectorAll(
-        '[data-testid="stVegaLiteChart"]')].every(c => c.querySelector(
-        'canvas, svg path, svg rect') !== null)""")
+def _charts_drawn(page) -> list[str]:
+    """``chart i: ...`` for every Vega chart that drew no data mark (each scrolled into view
+    first). Vega's SVG puts each mark's items in a ``g.role-mark`` group (axes, legends and
+    titles are ``role-axis-*``, ``role-legend-*``, ``role-title``); a chart over no rows
+    draws its axes and an empty group, so this fails on it (checked on an empty altair
+    point chart: its group has 0 children). Streamlit draws large charts on a canvas
+    instead: there the chart must have coloured pixels (marks are coloured, axes and text
+    grey or black: max − min channel > 60)."""
+    bad = []
+    charts = page.get_by_test_id("stVegaLiteChart")
+    for i in range(charts.count()):
+        charts.nth(i).scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        bad += charts.nth(i).evaluate("""(c, i) => {
+            const groups = [...c.querySelectorAll('svg g.role-mark')];
+            if (groups.some(g => g.childElementCount > 0)) return [];
+            const canvas = c.querySelector('canvas');
+            if (canvas && !groups.length) {  // a large chart: count coloured pixels
+                const px = canvas.getContext('2d')
+                    .getImageData(0, 0, canvas.width, canvas.height).data;
+                let coloured = 0;
+                for (let k = 0; k < px.length; k += 4) {
+                    const hi = Math.max(px[k], px[k + 1], px[k + 2]);
+                    const lo = Math.min(px[k], px[k + 1], px[k + 2]);
+                    if (px[k + 3] > 0 && hi - lo > 60) coloured += 1;
+                }
+                if (coloured > 50) return [];
+                return [`chart ${i}: canvas with ${coloured} coloured pixels`];
+            }
+            return [`chart ${i}: ${groups.length} mark groups, none drawn; svg `
+                    + `${c.querySelectorAll('svg').length}, canvas `
+                    + `${c.querySelectorAll('canvas').length}`];
+        }""", i)
+    return bad
+
+
+def _scan_frames(page) -> list[str]:
+    """``table i: column = text`` of every dataframe cell that is empty or ``None``, and
+    ``table i: no row`` for a dataframe whose grid showed none.
+
+    st.dataframe draws its cells on a canvas (glide-data-grid), so ``inner_text`` never
+    sees them; glide also renders the rows in view as an accessible ``table[role=grid]``
+    inside the canvas, whose ``td`` text is the cell's display text (only for a grid on
+    screen: each is scrolled into view first). A null cell is ``""`` there (checked: a
+    polars None in a String and an Int64 column and a NaN in a Float64 column all read
+    ""), so an empty or "None" cell fails the test."""
+    bad = []
+    frames = page.get_by_test_id("stDataFrame")
+    for i in range(frames.count()):
+        frames.nth(i).scroll_into_view_if_needed()
+        page.wait_for_timeout(300)  # glide renders the rows in view
+        bad += frames.nth(i).evaluate("""(d, i) => {
+            const t = d.querySelector('table[role="grid"]');
+            const rows = t ? [...t.querySelectorAll('tbody tr')] : [];
+            if (!rows.length) return [`table ${i}: no row`];
+            const heads = [...t.querySelectorAll('thead th')].map(h => h.textContent.trim());
+            return rows.flatMap(r => [...r.querySelectorAll('td')]
+                .map((c, j) => [heads[j], c.textContent.trim()])
+                .filter(([, v]) => v === '' || v === 'None')
+                .map(([h, v]) => `table ${i}: ${h} = ${JSON.stringify(v)}`));
+        }""", i)
+    return bad
 
 
 def expected_count(run_dir: Path, **flt) -> str:

@@ -7,9 +7,41 @@ import polars as pl
 import streamlit as st
 
 from pdm_replay.dashboard_app import charts
-from pdm_replay.dashboard_app.state import data, open_page, run_info
+from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
+from pdm_replay.report.render import display_frame
+
+
+def _fidelity(run: RunRef) -> None:
+    """The logged vs reloaded µ gap, which the accuracy against "exact" includes."""
+    st.subheader("µ fidelity: logged vs reloaded behaviour log-probs")
+    fidelity = data(run, api.behavior_fidelity)
+    if fidelity.is_empty():
+        st.info("No logged-vs-reloaded µ gap: it needs a replay with `--behavior-checkpoint`.")
+        return
+    st.dataframe(display_frame("behavior_fidelity", fidelity), hide_index=True,
+                 key="est_fidelity")
+    st.caption("\"Exact\" is the reloaded behaviour checkpoint, not the µ that was "
+               "sampled from: the accuracy above mixes the tail model's error with this "
+               "gap. within_one_rounding: share of tokens whose gap is at most one "
+               "rounding of log µ(k) in the behaviour dtype.")
+
+
+def _per_token(run: RunRef, has_exact: bool) -> None:
+    """A fixed pseudo-random sample of tokens: each estimate against the reference."""
+    st.subheader("Estimates per token")
+    limit = st.select_slider("Tokens sampled", (1000, 2000, 5000, 10000), value=2000,
+                             key="est_limit")
+    sample = data(run, dapi.estimator_sample, limit=limit)
+    reference = "dkl_exact" if has_exact else "dkl_agg"
+    if reference == "dkl_exact":
+        sample = sample.filter(pl.col("dkl_exact").is_not_null())
+    if sample.is_empty():
+        st.info("No token to plot.")
+        return
+    st.altair_chart(charts.estimator_scatter(sample, reference))
+    st.caption(f"{sample.height:,} tokens (fixed pseudo-random sample); x = {reference}.")
 
 
 def render() -> None:
@@ -23,36 +55,17 @@ def render() -> None:
                 "`--behavior-checkpoint` to compare the estimators with it. Below, the "
                 "uniform-tail estimator is plotted against the aggregated one.")
     else:
-        st.dataframe(accuracy, hide_index=True, key="est_accuracy")
-    st.subheader("µ fidelity: logged vs reloaded behaviour log-probs")
-    fidelity = data(run, api.behavior_fidelity)
-    if fidelity.is_empty():
-        st.info("No logged-vs-reloaded µ gap: it needs a replay with `--behavior-checkpoint`.")
-    else:
-        st.dataframe(fidelity, hide_index=True, key="est_fidelity")
-        st.caption("\"Exact\" is the reloaded behaviour checkpoint, not the µ that was "
-                   "sampled from: the accuracy above mixes the tail model's error with this "
-                   "gap. within_one_rounding: share of tokens whose gap is at most one "
-                   "rounding of log µ(k) in the behaviour dtype.")
+        st.dataframe(display_frame("estimator_accuracy", accuracy), hide_index=True,
+                     key="est_accuracy")
+    _fidelity(run)
     st.subheader("Sign accuracy against the realized ΔD (updates `actual`, `none`)")
     signs = data(run, api.sign_accuracy)
     if signs.is_empty():
         st.info("No realized ΔD: sign accuracy needs a replay.")
     else:
-        st.dataframe(signs.filter(pl.col("family") == "kl"), hide_index=True,
-                     key="est_sign_accuracy")
-    st.subheader("Estimates per token")
-    limit = st.select_slider("Tokens sampled", (1000, 2000, 5000, 10000), value=2000,
-                             key="est_limit")
-    sample = data(run, dapi.estimator_sample, limit=limit)
-    reference = "dkl_exact" if info.has_exact else "dkl_agg"
-    if reference == "dkl_exact":
-        sample = sample.filter(pl.col("dkl_exact").is_not_null())
-    if sample.is_empty():
-        st.info("No token to plot.")
-    else:
-        st.altair_chart(charts.estimator_scatter(sample, reference))
-        st.caption(f"{sample.height:,} tokens (fixed pseudo-random sample); x = {reference}.")
+        st.dataframe(display_frame("sign_accuracy", signs.filter(pl.col("family") == "kl")),
+                     hide_index=True, key="est_sign_accuracy")
+    _per_token(run, info.has_exact)
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing
