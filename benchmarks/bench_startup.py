@@ -44,6 +44,8 @@ def timed(*args, **kwargs):
     if not getattr(timed, "seen", False):
         timed.seen = True
         print("FIRST_SEED_AT", time.time(), file=sys.stderr, flush=True)
+        print("LOADED", ",".join(m for m in ("polars", "duckdb", "pandas", "scipy", "streamlit")
+                                 if m in sys.modules), file=sys.stderr, flush=True)
     return first(*args, **kwargs)
 run.replay_seed = timed
 from pdm_replay.cli import main
@@ -123,9 +125,14 @@ def main() -> None:
     for name, t in helps.items():
         base = f"   baseline {t['baseline_s']:6.3f} s" if "baseline_s" in t else ""
         print(f"{name:36s} {t['s']:6.3f} s{base}")
-    firsts = [launch_to_first_seed()[0] for _ in range(max(1, args.repeats // 2))]
+    runs = [launch_to_first_seed() for _ in range(max(1, args.repeats // 2))]
+    firsts = [t for t, _ in runs]
     first = statistics.median(firsts)
-    print(f"1-seed replay, launch to first seed  {first:6.2f} s (median of {len(firsts)})")
+    print(f"1-seed replay, launch to first seed  {first:6.2f} s (median of {len(firsts)}, "
+          f"load average {os.getloadavg()[0]:.1f})")
+    loaded = re.search(r"LOADED (.*)", runs[0][1])
+    print(f"  loaded by the first seed: {(loaded.group(1) if loaded else '') or 'none'} "
+          "(of polars, duckdb, pandas, scipy, streamlit)")
     floor = statistics.median(import_floor() for _ in firsts)
     print(f"  of which the import floor ({FLOOR}) {floor:6.2f} s")
     imports = costliest_imports()

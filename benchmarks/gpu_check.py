@@ -1,7 +1,7 @@
 """GPU check of the replay path (issue 8); ``benchmarks/gpu_check.sh`` runs it.
 
-On one GPU: a random-init Qwen3 of the Qwen3-0.6B shape (hidden 1,024, 28 layers,
-vocabulary 151,936, tied embeddings; built from ``Qwen3Config``, nothing downloaded), saved
+On one GPU: a random-init Qwen3 of the Qwen3-0.6B shape (hidden 1,024, 28 layers, 16 query
+heads of 128, 8 KV heads, MLP 3,072, vocabulary 151,936, tied embeddings; built from ``Qwen3Config``, nothing downloaded), saved
 in bfloat16, and a synthetic log of 64 samples × 512 response tokens = 32,768 loss tokens.
 Prints, each against a baseline measured in the same run:
 
@@ -54,15 +54,23 @@ class Size:
     inter: int
     heads: int
     kv_heads: int
+    head_dim: int
     samples: int
     prompt: int
     response: int
 
 
+# Qwen3-0.6B's config.json: 16 query heads of 128 (wider than hidden / heads = 64), 8 KV
+# heads. Time budget, by construction (gpu_check.sh stops at 8 minutes): one forward of
+# 32,768 tokens is about 2 × 0.6e9 × 32,768 ≈ 4e13 FLOPs, ~0.1-0.3 s in bf16 on a current
+# GPU; the script runs about 3 × (plain + recompute + exact-KL) + one replay (pre pass +
+# 3 updates of ~4 forward-equivalents) ≈ 25 forward-equivalents, well under a minute of
+# compute; the rest is imports, building and saving the 1.2 GB checkpoint and loading it
+# (tens of seconds).
 FULL = Size(vocab=151_936, hidden=1024, layers=28, inter=3072, heads=16, kv_heads=8,
-            samples=64, prompt=64, response=512)
-SMOKE = Size(vocab=2048, hidden=64, layers=2, inter=128, heads=4, kv_heads=2, samples=8,
-             prompt=8, response=32)
+            head_dim=128, samples=64, prompt=64, response=512)
+SMOKE = Size(vocab=2048, hidden=64, layers=2, inter=128, heads=4, kv_heads=2, head_dim=16,
+             samples=8, prompt=8, response=32)
 
 
 def build_checkpoint(size: Size, path: Path, device: str) -> int:
@@ -71,7 +79,7 @@ def build_checkpoint(size: Size, path: Path, device: str) -> int:
     cfg = Qwen3Config(vocab_size=size.vocab, hidden_size=size.hidden,
                       intermediate_size=size.inter, num_hidden_layers=size.layers,
                       num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
-                      head_dim=size.hidden // size.heads, max_position_embeddings=4096,
+                      head_dim=size.head_dim, max_position_embeddings=4096,
                       tie_word_embeddings=True)
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the GPU: seconds instead of minutes

@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Mapping
 
 import numpy as np
@@ -33,7 +34,14 @@ from pdm_replay.schema import RolloutMeta, keep_column, tokens_schema, weight_co
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
 SUPPORT_CHUNK = 1 << 12  # tokens per support pass: (N, K+1) float64 temporaries of 0.7 MB
-CERT_NAMES = pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())  # code + 1 -> label
+
+
+@cache
+def cert_names() -> pa.Array:
+    """Certificate labels indexed by code + 1. Built on first use: any ``pa.array`` of
+    Python objects imports pandas (~0.2 s), which a replay need not pay before its first
+    seed (issue 20)."""
+    return pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())
 
 
 def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None, *,
@@ -151,7 +159,7 @@ def token_table(flat: FlatTokens, stats: TokenStats, masks: Mapping[str, Mask], 
     arrays = {k: (v if every else v.filter(sel_arr)).cast(schema.field(k).type)
               for k, v in (lists or {}).items()}
     arrays["sample_id"] = runs_to_arrow(pick(flat.sample_id), pick(flat.row))
-    arrays["direction_certified"] = CERT_NAMES.take(pa.array(cols["direction_certified"] + 1))
+    arrays["direction_certified"] = cert_names().take(pa.array(cols["direction_certified"] + 1))
     arrays.update({f.name: pa.nulls(n, f.type) for f in schema
                    if f.name not in cols and f.name not in arrays and f.nullable})
     return pa.table({f.name: arrays[f.name] if f.name in arrays

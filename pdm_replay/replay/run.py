@@ -62,9 +62,6 @@ from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulate
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
-from pdm_replay.report.db import connect
-from pdm_replay.report.headline import headline
-from pdm_replay.report.run import discover_run
 from pdm_replay.run_masks import torch_threads
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
@@ -274,6 +271,10 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], doc: dict) -> list[dict]
     (its seed plan decides whether the seeds count as independent)."""
     if not seeds:
         return []
+    # Imported here, after the seeds: DuckDB and polars cost ~0.4 s of start-up (issue 20).
+    from pdm_replay.report.db import connect
+    from pdm_replay.report.headline import headline
+    from pdm_replay.report.run import discover_run
     info = dataclasses.replace(discover_run(layout.root), manifest=doc)
     with connect(info) as db:
         return headline(db).to_dicts()

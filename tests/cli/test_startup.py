@@ -34,3 +34,14 @@ def test_cli_and_every_help_import_no_heavy_library() -> None:
     # A failure names who imports it: python -X importtime -c "import pdm_replay.cli"
     # (pdm_replay.masks, pdm_replay.replay.config and the package __init__s must stay light).
     assert result["heavy"] == []
+
+
+def test_replay_module_imports_no_report_library() -> None:
+    """The replay's start-up (issue 20) loads torch but not the report stack: DuckDB and
+    polars come in after the seeds (``run_summary``), pandas (which pyarrow pulls in on the
+    first ``pa.array``) not at import."""
+    probe = ("import sys, json, pdm_replay.replay.run; print(json.dumps([m for m in "
+             "('duckdb', 'polars', 'pandas', 'streamlit', 'scipy') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
