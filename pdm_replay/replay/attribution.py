@@ -12,9 +12,9 @@ For an update with actual parameter step Δθ (``snapshot.delta()``), per loss t
   linear in the per-token gradients, so it has no per-token split; self and cross stay null.
 
 The sample (per seed, drawn once, shared by every SGD update) is every KL disagreement token
-(out of region, the two masks of a KL pair of the registry deciding differently:
-``dppo_topk_kl`` vs ``pdm_kl_agg`` or ``pdm_kl_uniform``) plus ``sample_size`` other loss tokens with Â ≠ 0, drawn with a
-generator seeded by the replay seed. The inner products do not depend on the update, so
+(out of region, the two masks of some KL pair of the registry,
+:func:`~pdm_replay.masks.mask_pairs`, deciding differently) plus ``sample_size`` other
+loss tokens with Â ≠ 0, drawn with a generator seeded by the replay seed. The inner products do not depend on the update, so
 they are computed once per seed, at θ.
 """
 
@@ -49,8 +49,8 @@ def gradient_memory(device: torch.device) -> int:
 
 
 def disagreement_tokens(stats: TokenStats, thresholds: Thresholds) -> np.ndarray:
-    """``(N,)`` bool: the two masks of some KL pair of the registry (:func:`mask_pairs`:
-    ``dppo_topk_kl`` vs ``pdm_kl_agg`` / ``pdm_kl_uniform``) decide differently.
+    """``(N,)`` bool: the two masks of some KL pair of the registry (:func:`mask_pairs`,
+    every registered pair whose predictive mask declares family ``kl``) decide differently.
 
     Both share the proximity test, so such a token is always out of region.
     """

@@ -14,8 +14,9 @@ predicted → self → linear → realized (views in ``sql/views_attribution.sql
 
 An error flips sign at one stage or at all three. Without a self term (Adam, or a token
 outside the sample) geometry and interference merge into **parameter space**
-(sign(linear) ≠ predicted). Scope ``disagreement`` keeps the tokens where ``dppo_topk_kl``
-and a ``pdm_kl_*`` mask decide differently; every such token is in the self-term sample.
+(sign(linear) ≠ predicted). Scope ``disagreement`` keeps the tokens where the two masks of
+some KL pair of the registry (:func:`~pdm_replay.masks.mask_pairs`, user masks included)
+decide differently; every such token is in the self-term sample.
 
 Examples
 --------

@@ -2,19 +2,22 @@
 
 -- name: certificate_summary
 -- Out-of-region KL tokens (kl_topk > delta_kl) and the disagreement tokens of each KL
--- pair: how many the log-only sign certificate decides (away / toward) and how many stay
+-- pair of the registry (view kl_pair_disagreements, one scope per pair in registry order):
+-- how many the log-only sign certificate decides (away / toward) and how many stay
 -- uncertain, and how often each slope estimate lies inside the feasible interval
 -- [dkl_lo, dkl_hi] (exact: up to $tol, as logged µ are rounded by the engine).
 WITH o AS (
-    SELECT direction_certified AS cert, dkl_lo, dkl_hi, dkl_agg, dkl_uniform, dkl_exact,
-           keep_dppo_topk_kl <> keep_pdm_kl_agg AS dis_agg,
-           keep_dppo_topk_kl <> keep_pdm_kl_uniform AS dis_uniform
+    SELECT seed, sample_id, pos, direction_certified AS cert, dkl_lo, dkl_hi, dkl_agg,
+           dkl_uniform, dkl_exact
     FROM tokens
     WHERE kl_topk > getvariable('report_run').delta_kl AND direction_certified IS NOT NULL
 ), scoped AS (
-    SELECT 'out_of_region' AS scope, 1 AS ord, * FROM o
-    UNION ALL SELECT 'disagreement_agg', 2, * FROM o WHERE dis_agg
-    UNION ALL SELECT 'disagreement_uniform', 3, * FROM o WHERE dis_uniform
+    SELECT 'out_of_region' AS scope, -1 AS ord, o.* FROM o
+    UNION ALL
+    SELECT d.scope, d.pair_ord, o.*
+    FROM o
+    JOIN kl_pair_disagreements AS d
+      ON d.seed IS NOT DISTINCT FROM o.seed AND d.sample_id = o.sample_id AND d.pos = o.pos
 )
 SELECT scope,
        count(*) AS n_tokens,

@@ -15,17 +15,22 @@
 -- Without the self term the first two merge: parameter_space = linear <> predicted.
 
 -- Out-of-region KL tokens with a gradient (A <> 0), under every update that kept them and
--- whose attribution was computed.
+-- whose attribution was computed. disagreement: some KL pair of the registry decided the
+-- token differently (view kl_pair_disagreements).
 CREATE OR REPLACE VIEW attribution_tokens AS
+WITH dis AS (
+    SELECT DISTINCT seed, sample_id, pos FROM kl_pair_disagreements
+)
 SELECT t.seed, t.sample_id, t.pos, u.update_mask,
-       coalesce(t.keep_dppo_topk_kl <> t.keep_pdm_kl_agg, false)
-           OR coalesce(t.keep_dppo_topk_kl <> t.keep_pdm_kl_uniform, false) AS disagreement,
+       d.pos IS NOT NULL AS disagreement,
        t.advantage, t.ratio, t.kl_topk AS d_pre, t.dkl_agg, t.dkl_uniform, t.dkl_exact,
        u.delta_kl_topk AS delta_d, u.delta_kl_lin AS lin, u.delta_kl_curv AS curv,
        u.delta_kl_self AS self_term, u.delta_kl_cross AS cross_term
 FROM tokens AS t
 JOIN updates AS u
   ON u.seed = t.seed AND u.sample_id = t.sample_id AND u.pos = t.pos
+LEFT JOIN dis AS d
+  ON d.seed IS NOT DISTINCT FROM t.seed AND d.sample_id = t.sample_id AND d.pos = t.pos
 WHERE t.kl_topk > getvariable('report_run').delta_kl
   AND t.advantage <> 0
   AND u.kept

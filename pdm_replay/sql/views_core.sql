@@ -59,3 +59,35 @@ SELECT o.* EXCLUDE (d_agg, d_uniform, away_ratio),
                                                     ELSE o.d_uniform END) AS keep_predictive
 FROM out_of_region AS o
 JOIN comparisons AS c ON c.family = o.family AND c.delta = o.delta;
+
+-- Out-of-region KL tokens (kl_topk > the run's delta_kl) where the two masks of a KL pair of
+-- the registry (table mask_pairs: any registered pair, masks of --mask-module included)
+-- decided differently, read from their stored keep_<mask> columns (unpivoted, so no mask
+-- is named here; a column the run lacks is NULL in `tokens` and dropped by UNPIVOT). One
+-- row per token and pair; scope names the pair: disagreement_<predictive mask>, or
+-- disagreement_<ratio mask>_<predictive mask> where that predictive mask has two partners.
+CREATE OR REPLACE VIEW kl_pair_disagreements AS
+WITH k AS MATERIALIZED (
+    UNPIVOT (
+        SELECT seed, sample_id, pos, COLUMNS('^keep_')
+        FROM tokens
+        WHERE kl_topk > getvariable('report_run').delta_kl
+    ) ON COLUMNS('^keep_') INTO NAME keep_column VALUE keep
+),
+p AS (
+    SELECT ord, ratio_mask, predictive_mask, ratio_keep, predictive_keep,
+           'disagreement_'
+               || CASE WHEN count(*) OVER (PARTITION BY predictive_mask) > 1
+                       THEN ratio_mask || '_' ELSE '' END
+               || predictive_mask AS scope
+    FROM mask_pairs
+    WHERE family = 'kl'
+)
+SELECT r.seed, r.sample_id, r.pos, p.ord AS pair_ord, p.scope, p.ratio_mask,
+       p.predictive_mask
+FROM p
+JOIN k AS r ON r.keep_column = p.ratio_keep
+JOIN k AS q
+  ON q.keep_column = p.predictive_keep AND q.seed IS NOT DISTINCT FROM r.seed
+ AND q.sample_id = r.sample_id AND q.pos = r.pos
+WHERE r.keep <> q.keep;

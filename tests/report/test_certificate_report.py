@@ -6,10 +6,11 @@ import polars as pl
 import pytest
 
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.masks import Thresholds
+from pdm_replay.masks import Thresholds, mask_pairs
 from pdm_replay.report.certificates import certificate_summary
 from pdm_replay.report.db import connect
 from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.schema import keep_column
 
 
 def test_certificate_summary_matches_polars(tmp_path: Path) -> None:
@@ -29,6 +30,13 @@ def test_certificate_summary_matches_polars(tmp_path: Path) -> None:
     # the uniform estimate always lies inside: µ_tail/(n−m) <= max unseen µ <= cap
     assert row["uniform_inside_share"] == 1.0
     assert row["exact_inside_share"] is None  # no behaviour checkpoint, no dkl_exact
-    dis = df.filter(pl.col("keep_dppo_topk_kl") != pl.col("keep_pdm_kl_agg"))
+    # one scope per KL pair of the registry, named from the pair, in registry order
+    pairs = [p for p in mask_pairs() if p.family == "kl"]
+    assert got["scope"].to_list()[1:] == [f"disagreement_{p.other}" for p in pairs if
+                                          df.filter(pl.col(keep_column(p.base))
+                                                    != pl.col(keep_column(p.other))).height]
     by_scope = {r["scope"]: r["n_tokens"] for r in got.to_dicts()}
-    assert by_scope.get("disagreement_agg", 0) == dis.height
+    for p in pairs:
+        dis = df.filter(pl.col(keep_column(p.base)) != pl.col(keep_column(p.other)))
+        assert by_scope.get(f"disagreement_{p.other}", 0) == dis.height
+    assert by_scope["disagreement_pdm_kl_agg"] > 0  # the paper's pair is among them
