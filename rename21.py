@@ -59,6 +59,7 @@ Identifiers:
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import subprocess
 import sys
@@ -185,11 +186,15 @@ def _padded_name(path: str, text: str) -> str:
 def _package_local(path: str, text: str) -> str:
     """Bare module names of a package's own lazy maps (``_HOME``) and ``:mod:`.x```."""
     pkg = str(Path(path).parent)
+    if not path.endswith("__init__.py"):
+        return text
     for old, new in MOVES.items():
-        if str(Path(old).parent) == pkg == str(Path(new).parent) and path.endswith("__init__.py"):
-            o, n = Path(old).stem, Path(new).stem
+        o, n = Path(old).stem, Path(new).stem
+        if str(Path(old).parent) == pkg == str(Path(new).parent):
             text = re.sub(r'(:\s*)"' + o + r'"', r'\1"' + n + '"', text)
             text = re.sub(r":mod:`\." + o + r"`", f":mod:`.{n}`", text)
+        elif str(Path(old).parent) == pkg:  # moved out of this package
+            text = re.sub(r":mod:`\." + o + r"`", f":mod:`~{dotted(new)}`", text)
     return text
 
 
@@ -261,8 +266,9 @@ def main() -> int:
         new = rewrite(f, text)
         if new != text:
             changed += 1
-            n = sum(a != b for a, b in zip(text.splitlines(), new.splitlines()))
-            print(f"rewrote {f} ({n or 'some'} lines)")
+            n = sum(1 for d in difflib.ndiff(text.splitlines(), new.splitlines())
+                    if d.startswith("- "))
+            print(f"rewrote {f} ({n} lines)")
             if not args.dry_run:
                 Path(f).write_text(new, encoding="utf-8", errors="surrogateescape")
     print(f"rename21: {changed} files rewritten")
