@@ -27,10 +27,10 @@ ROLLOUT_SCHEMA_ID = "rollout/v1"
 TOKENS_SCHEMA_ID = "tokens/v1"
 UPDATES_SCHEMA_ID = "updates/v1"
 SCHEMA_KEY = "pdm_replay.schema"
+# tokens footer: the Thresholds the masks were decided with (JSON)
+THRESHOLDS_KEY = "pdm_replay.thresholds"
 # tokens footer: each sweep variant `<mask>@<value>` -> {"mask": ..., "<field>": value}
 VARIANTS_KEY = "pdm_replay.mask_variants"
-# tokens footer: the Thresholds the keep_<mask> columns were computed at (JSON)
-THRESHOLDS_KEY = "pdm_replay.thresholds"
 CONVENTIONS = ("plus_sampled", "replace_last")
 LOGPROBS_MODES = ("raw", "processed")
 
