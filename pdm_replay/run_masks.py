@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,12 +30,12 @@ from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
 from pdm_replay.masks import Mask, MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
-from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, keep_column, tokens_schema
-from pdm_replay.threads import cpu_budget
+from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 (re-export)
+                               RolloutMeta, keep_column, tokens_schema)
+from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
 
-THRESHOLDS_KEY = "pdm_replay.thresholds"
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
@@ -65,21 +64,6 @@ class MasksSummary:
     out_of_region: dict[str, int] = field(default_factory=dict)  # family -> count
     disagreements: dict[str, int] = field(default_factory=dict)  # pair_label -> count
     mass_overflow: int = 0
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, then restore the previous count.
-
-    The metrics are elementwise passes over L2-sized chunks, already run by parallel
-    workers: extra intra-op threads gain little and oversubscribe small machines badly.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def default_workers() -> int:

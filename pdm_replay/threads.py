@@ -31,7 +31,8 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import Iterator, Mapping, MutableMapping
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Idle OpenMP threads sleep (futex) at once instead of spinning: libgomp's default spins
@@ -177,3 +178,20 @@ def wait_policy_record(environ: Mapping[str, str] | None = None) -> dict[str, st
     """The wait-policy variables as this process sees them (for the manifest)."""
     environ = os.environ if environ is None else environ
     return {k: environ.get(k) for k in WAIT_POLICY_ENV}
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the previous count.
+
+    The metrics are elementwise passes over L2-sized chunks, already run by parallel
+    workers: extra intra-op threads gain little and oversubscribe small machines badly.
+    """
+    import torch  # here, not at the top: this module must stay light (see above)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
