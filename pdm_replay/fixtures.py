@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -79,17 +80,10 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
     lmu, lpi = torch.log_softmax(z_mu, -1).float(), torch.log_softmax(z_pi, -1).float()
     k_ids = torch.multinomial(lmu.double().exp(), 1, generator=gen)[:, 0]
     top = _topk(lmu, k_ids, cfg)  # (N, K')
-    valid = top >= 0
-    safe = top.clamp(min=0)
+    valid, safe = top >= 0, top.clamp(min=0)
     ids_flat = top[valid].numpy().astype(np.int32)
     lens = valid.sum(-1).numpy().astype(np.int32)
-    inner = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-
-    def nested(values: torch.Tensor, typ: pa.DataType) -> pa.Array:
-        inner_arr = pa.ListArray.from_arrays(pa.array(inner), pa.array(values.numpy(), type=typ))
-        return pa.ListArray.from_arrays(pa.array(np.arange(count + 1, dtype=np.int32) * t),
-                                        inner_arr)
-
+    nested = partial(_nested, np.concatenate([[0], np.cumsum(lens)]).astype(np.int32), count, t)
     rewards = torch.randint(0, 2, (count,), generator=gen).float()
     groups = (torch.arange(first, first + count) // cfg.group_size).numpy()
     adv = _group_advantages(rewards, torch.from_numpy(groups))
@@ -116,6 +110,15 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
     schema = rollout_schema(cfg.meta())
     return pa.table({f.name: cols.get(f.name, pa.nulls(count, f.type)) for f in schema},
                     schema=schema)
+
+
+def _nested(inner: np.ndarray, count: int, t: int, values: torch.Tensor,
+            typ: pa.DataType) -> pa.Array:
+    """``count`` rows of ``t`` positions of ragged lists: ``values`` (flat) split at the
+    per-position offsets ``inner`` (count·t + 1,)."""
+    inner_arr = pa.ListArray.from_arrays(pa.array(inner), pa.array(values.numpy(), type=typ))
+    return pa.ListArray.from_arrays(pa.array(np.arange(count + 1, dtype=np.int32) * t),
+                                    inner_arr)
 
 
 def _group_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:

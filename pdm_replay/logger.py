@@ -35,9 +35,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pdm_replay.schema import RolloutMeta
+from pdm_replay.schema import ROLLOUT_COLUMNS, RolloutMeta
 
 ON_ERROR = ("raise", "skip")
+ROLLOUT_NAMES = frozenset(c.name for c in ROLLOUT_COLUMNS)
+# A per-sample scalar column (schema.py) is passed as a (B,) sequence under its plural:
+# ``rewards`` -> ``reward``, ``group_ids`` -> ``group_id`` (``sample_ids`` -> ``sample_id``
+# too); ``step`` is one int per call. Other keywords are rollout/v1 names or padded inputs.
+COLUMN_OF = {f"{c.name}s": c.name for c in ROLLOUT_COLUMNS
+             if not pa.types.is_list(c.type) and c.name != "step"}
 
 
 def _session() -> str:
@@ -106,40 +112,40 @@ class RolloutLogger:
         ``loss_mask`` False. ``prompt_ids`` (B, P) with ``prompt_mask`` (B, P) may be left-
         or right-padded. Ragged inputs: lists of per-sample lists (no masks needed).
         """
-        from pdm_replay.ingest.padded import PaddedBatch, as_numpy, lengths_from_mask
-
         if self._closed:
             raise ValueError("RolloutLogger is closed")
+        given = dict(response_ids=response_ids, advantages=advantages,
+                     behavior_logprobs=behavior_logprobs, response_mask=response_mask,
+                     lengths=lengths, loss_mask=loss_mask, topk_ids=topk_ids,
+                     topk_logprobs=topk_logprobs, topk_valid=topk_valid,
+                     train_logprobs=train_logprobs, train_topk_logprobs=train_topk_logprobs,
+                     prompt_ids=prompt_ids, prompt_mask=prompt_mask, rewards=rewards,
+                     group_ids=group_ids)
+        fields = {COLUMN_OF.get(k, k): v for k, v in given.items() if v is not None}
         if isinstance(response_ids, (list, tuple)) and response_ids and \
                 isinstance(response_ids[0], (list, tuple)):
-            return self._log_ragged(step, sample_ids, dict(
-                response_ids=response_ids, advantages=advantages,
-                behavior_logprobs=behavior_logprobs, topk_ids=topk_ids,
-                topk_logprobs=topk_logprobs, loss_mask=loss_mask, train_logprobs=train_logprobs,
-                train_topk_logprobs=train_topk_logprobs, prompt_ids=prompt_ids, reward=rewards,
-                group_id=group_ids))
-        def opt(v):
-            return None if v is None else as_numpy(v)
-        resp = as_numpy(response_ids)
-        mask = opt(response_mask)
-        if lengths is not None:
-            lens = as_numpy(lengths).astype(np.int64)
+            return self._log_ragged(step, sample_ids, fields)
+        return self._add(step, self._padded(step, sample_ids, fields))
+
+    def _padded(self, step: int, sample_ids: Any, fields: Mapping[str, Any]) -> Any:
+        """Padded inputs (``fields`` under their rollout/v1 names) -> a ``PaddedBatch``."""
+        from pdm_replay.ingest.padded import PaddedBatch, as_numpy, lengths_from_mask
+
+        arrays = {k: as_numpy(v) for k, v in fields.items() if k != "group_id"}
+        resp, mask = arrays["response_ids"], arrays.pop("response_mask", None)
+        lens = arrays.pop("lengths", None)
+        if lens is not None:
+            lens = lens.astype(np.int64)
         elif mask is not None:
             lens = lengths_from_mask(mask)
         else:
             lens = np.full(resp.shape[0], resp.shape[1] if resp.ndim == 2 else 0)
+        arrays.setdefault("loss_mask", mask)  # positions masked out are not trained on
+        groups = fields.get("group_id")
         b = resp.shape[0]
-        batch = PaddedBatch(
-            sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
-            response_ids=resp, lengths=lens, advantages=as_numpy(advantages),
-            behavior_logprobs=as_numpy(behavior_logprobs), topk_ids=opt(topk_ids),
-            topk_logprobs=opt(topk_logprobs), topk_valid=opt(topk_valid),
-            loss_mask=opt(loss_mask) if loss_mask is not None else mask,
-            train_logprobs=opt(train_logprobs), train_topk_logprobs=opt(train_topk_logprobs),
-            prompt_ids=opt(prompt_ids), prompt_mask=opt(prompt_mask),
-            group_id=None if group_ids is None else [str(g) for g in _tolist(group_ids)],
-            reward=opt(rewards))
-        return self._add(step, batch)
+        return PaddedBatch(sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
+                           lengths=lens, **arrays,
+                           group_id=None if groups is None else [str(g) for g in _tolist(groups)])
 
     def log_verl(self, batch: Any, step: int) -> int:
         """Log a verl ``DataProto`` (``batch.batch`` tensors + ``batch.non_tensor_batch``).
@@ -166,11 +172,11 @@ class RolloutLogger:
         return self._add(step, padded)
 
     def _log_ragged(self, step: int, sample_ids: Any, fields: Mapping[str, Any]) -> int:
-        """Ragged per-sample lists (rollout/v1 names) -> a table -> the padded path."""
-        from pdm_replay.ingest.tables import table_to_padded
+        """Ragged per-sample lists (rollout/v1 names; masks and lengths are padded inputs'
+        only and ignored here) -> a rollout/v1-typed table -> :meth:`_add`."""
         from pdm_replay.io.rollouts import rows_to_table
 
-        cols = {k: _tolist(v) for k, v in fields.items() if v is not None}
+        cols = {k: _tolist(v) for k, v in fields.items() if k in ROLLOUT_NAMES}
         b = len(cols["response_ids"])
         cols.update(sample_id=self._ids(step, b, sample_ids), step=[int(step)] * b)
         cols["advantages"] = [a if isinstance(a, list) else [float(a)] * len(r)
@@ -178,9 +184,7 @@ class RolloutLogger:
         if "topk_ids" not in cols:  # no top-K logged: every support is {k}
             cols["topk_ids"] = cols["topk_logprobs"] = [[[] for _ in r]
                                                         for r in cols["response_ids"]]
-        table = rows_to_table(pa.Table.from_pydict(cols), self.meta)
-        batch, problems = table_to_padded(table)
-        return self._add(step, batch, problems)
+        return self._add(step, rows_to_table(pa.Table.from_pydict(cols), self.meta))
 
     # -- buffering and shards ----------------------------------------------------
     def _ids(self, step: int, b: int, given: Any) -> list[str]:
@@ -199,20 +203,14 @@ class RolloutLogger:
             k = genuine if self.meta.topk_convention == "plus_sampled" else widest
             self.meta = replace(self.meta, top_k=k)
 
-    def _add(self, step: int, batch: Any, problems: dict[int, str] | None = None) -> int:
-        from pdm_replay.ingest.padded import padded_to_table
-        from pdm_replay.ingest.tables import row_problems
-        from pdm_replay.io.rollouts import rows_to_table
+    def _add(self, step: int, rows: Any) -> int:
+        """Buffer the accepted rows of ``rows`` (a ``PaddedBatch`` or rollout/v1 table)."""
+        from pdm_replay.ingest.accept import accept_rows
 
-        table, conflicts = padded_to_table(batch, self.zero_padded)
-        table = rows_to_table(table, self.meta)
-        bad = {**conflicts, **(problems or {})}
-        checked = row_problems(table, self.meta.vocab_size, self._seen)
-        bad.update({i: r for i, r in checked.items() if i not in bad})
-        if bad:
-            self._handle(table, bad)
-            table = table.take(pa.array([i for i in range(table.num_rows) if i not in bad],
-                                        pa.int64()))
+        out = accept_rows(rows, self.meta, zero_padded=self.zero_padded, seen=self._seen)
+        if out.problems:
+            self._handle(out.rows, out.problems)
+        table = out.table
         if table.num_rows:
             self._fix_top_k(table)
             if self._pending_step is None:

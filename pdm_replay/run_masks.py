@@ -29,9 +29,9 @@ from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
 from pdm_replay.masks import Mask, MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
-from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY, RolloutMeta,  # noqa: F401
-                               keep_column, tokens_schema)
-from pdm_replay.threads import cpu_budget, torch_threads
+from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 (re-export)
+                               RolloutMeta, keep_column, tokens_schema)
+from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
 

@@ -1,8 +1,9 @@
 """``pdm-replay ingest``: any supported input -> one rollout/v1 log, streamed, atomically.
 
-Rows go through one path whatever the format: typed (rollout/v1), padded, the padding
-rule of :mod:`pdm_replay.ingest.padded`, then ``validate``'s checks
-(:func:`pdm_replay.validate.check_batch`). Accepted rows are staged in a hidden temp
+Rows go through one path whatever the format: typed (rollout/v1), then
+:func:`pdm_replay.ingest.accept.accept_rows` (padded, the padding rule of
+:mod:`pdm_replay.ingest.padded`, ``validate``'s checks), the path ``RolloutLogger``'s
+rows take too. Accepted rows are staged in a hidden temp
 file; the footer (top-K width, sampler settings seen in the records) is only known at
 the end, so the staged rows are then copied into the output, which is renamed into place.
 Nothing is left under the output's name unless the whole run succeeds.
@@ -34,9 +35,9 @@ import pyarrow.compute as pc
 
 from pdm_replay.ingest.columns import load_mapping
 from pdm_replay.ingest.formats import FORMATS, ParseContext, expand_inputs
-from pdm_replay.ingest.padded import PaddedBatch, padded_to_table, topk_widths
+from pdm_replay.ingest.accept import accept_rows
+from pdm_replay.ingest.padded import PaddedBatch, topk_widths
 from pdm_replay.ingest.records import IngestError, Location, Reject, Rows
-from pdm_replay.ingest.tables import row_problems, table_to_padded
 from pdm_replay.ingest.tokenizer import TokenMapper, resolve_vocab_size
 from pdm_replay.io.atomic import AtomicParquetWriter, temp_path_for
 from pdm_replay.io.reader import open_parquet
@@ -135,13 +136,6 @@ class _Run:
                     "first: split the inputs by sampler settings")
 
 
-def _split(table: pa.Table, where: list[Location], problems: dict[int, str]
-           ) -> tuple[pa.Table, list[Location], list[Reject]]:
-    good = [i for i in range(table.num_rows) if i not in problems]
-    bad = [Reject(where[i], problems[i]) for i in sorted(problems)]
-    return table.take(pa.array(good, pa.int64())), [where[i] for i in good], bad
-
-
 def _typed_rows(item: Rows, meta: RolloutMeta) -> tuple[pa.Table, list[int], dict[int, str]]:
     """rollout/v1-typed rows of ``item`` that convert, their indices, and the others' reasons."""
     try:
@@ -159,21 +153,19 @@ def _typed_rows(item: Rows, meta: RolloutMeta) -> tuple[pa.Table, list[int], dic
     return (pa.concat_tables(pieces) if pieces else rows_to_table([], meta)), kept, problems
 
 
-def _structured(item: Rows, meta: RolloutMeta) -> tuple[pa.Table, list[Location], list[Reject]]:
-    """``item`` as rollout/v1 rows after the padding rule; rejects for malformed samples."""
-    rejects: list[Reject] = []
+def _accepted(run: _Run, item: Rows, meta: RolloutMeta
+              ) -> tuple[pa.Table, list[Location], list[Reject]]:
+    """The accepted rows of ``item`` (:func:`accept_rows`), their locations, the rejects."""
     if isinstance(item.rows, PaddedBatch):
-        table, problems = padded_to_table(item.rows, item.zero_padded)
-        where = item.where
+        rows, where, rejects = item.rows, item.where, []
     else:
-        typed, kept, bad = _typed_rows(item, meta)
-        rejects += [Reject(item.where[i], r) for i, r in bad.items()]
+        rows, kept, bad = _typed_rows(item, meta)
+        rejects = [Reject(item.where[i], r) for i, r in bad.items()]
         where = [item.where[i] for i in kept]
-        batch, structural = table_to_padded(typed)
-        table, conflicts = padded_to_table(batch, item.zero_padded)
-        problems = {**conflicts, **structural}
-    table, where, more = _split(rows_to_table(table, meta), where, problems)
-    return table, where, rejects + more
+    out = accept_rows(rows, meta, zero_padded=item.zero_padded, seen=run.seen,
+                      max_topk=run.max_topk())
+    rejects += [Reject(where[i], out.problems[i]) for i in sorted(out.problems)]
+    return out.table, [where[i] for i in out.kept], rejects
 
 
 class _Stage(AtomicParquetWriter):
@@ -186,11 +178,7 @@ class _Stage(AtomicParquetWriter):
 
 
 def _write(run: _Run, item: Rows, writer: _Stage) -> None:
-    table, where, rejects = _structured(item, writer.meta)
-    if table.num_rows:
-        table, where, more = _split(table, where, row_problems(table, run.vocab, run.seen,
-                                                               run.max_topk()))
-        rejects += more
+    table, where, rejects = _accepted(run, item, writer.meta)
     order = {id(w): i for i, w in enumerate(item.where)}
     for r in sorted(rejects, key=lambda r: order[id(r.where)]):  # first bad record first
         run.reject(r)

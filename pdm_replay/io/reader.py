@@ -259,6 +259,21 @@ def _topk_values(col: pa.Array, index: RaggedIndex, logged_pad: np.ndarray | Non
     return index.pad(values, -np.inf, values.dtype)
 
 
+def _loss_mask(batch: pa.RecordBatch, lengths: np.ndarray, row: np.ndarray,
+               pos: np.ndarray) -> np.ndarray:
+    """(N,) bool loss mask of the N tokens at (``row``, ``pos``); all True without one."""
+    n = len(row)
+    if "loss_mask" not in batch.schema.names or not n:
+        return np.ones(n, dtype=bool)
+    col = batch.column("loss_mask")
+    if col.null_count == 0 and np.array_equal(
+            pc.list_value_length(col).to_numpy(zero_copy_only=False), lengths):
+        return flat_values(col, np.bool_)  # one entry per token already
+    # a null loss_mask row means "all positions are loss tokens"
+    padded, _ = pad_ragged(col, True, np.bool_, width=int(lengths.max()))
+    return padded[row, pos]
+
+
 def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
     """Flatten one record batch of rollout/v1 rows into :class:`FlatTokens`.
 
@@ -284,15 +299,7 @@ def flatten_batch(batch: pa.RecordBatch) -> FlatTokens:
     if "train_topk_logprobs" in names and batch.column("train_topk_logprobs").null_count == 0:
         train_topk = _topk_values(batch.column("train_topk_logprobs"), index, logged_pad)
     has_train = "train_logprobs" in names and batch.column("train_logprobs").null_count == 0
-    loss_mask = np.ones(n, dtype=bool)
-    if "loss_mask" in names and n:
-        col = batch.column("loss_mask")
-        if col.null_count == 0 and np.array_equal(
-                pc.list_value_length(col).to_numpy(zero_copy_only=False), lengths):
-            loss_mask = flat_values(col, np.bool_)  # one entry per token already
-        else:  # a null loss_mask row means "all positions are loss tokens"
-            padded, _ = pad_ragged(col, True, np.bool_, width=int(lengths.max()))
-            loss_mask = padded[row, pos]
+    loss_mask = _loss_mask(batch, lengths, row, pos)
     sample_ids = np.asarray(batch.column("sample_id").to_pylist(), dtype=object)
     steps = batch.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
     return FlatTokens(

@@ -127,19 +127,6 @@ def dtv_uniform(pair: Pair, vocab_size: int) -> Tensor:
     return _tv_tail_atoms(pair, _unseen(pair, vocab_size))
 
 
-def dtv_exact(logp_mu: Tensor, logp_pi: Tensor, token_id: Tensor) -> Tensor:
-    """Exact Ḋ_tv from full-vocabulary log-probs ``(N, V)`` and sampled ids ``(N,)``."""
-    mu, pi = torch.exp(logp_mu.double()), torch.exp(logp_pi.double())
-    sigma = torch.sign(pi - mu)
-    idx = token_id.long()[:, None]
-    is_k = torch.zeros_like(pi, dtype=torch.bool).scatter_(1, idx, True)
-    pi_o = pi.masked_fill(is_k, 0.0)
-    k_term, vbar = _tv_slope(sigma.gather(1, idx)[:, 0], pi.gather(1, idx)[:, 0],
-                             _one_minus_pi_k(logp_pi.double().gather(1, idx)[:, 0]),
-                             (pi_o * pi_o).sum(-1))
-    return 0.5 * (k_term + (sigma * pi_o * (-pi_o - vbar[:, None])).sum(-1))
-
-
 def ratio_slope(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
     """``r − 1`` (N,): the ratio direction's slope; ``sign(Â)·(r−1) > 0`` means away."""
     return torch.expm1(logp_pi_k.double() - logp_mu_k.double())

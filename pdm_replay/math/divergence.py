@@ -50,8 +50,3 @@ def tv_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
 def kl_exact(logp_mu: Tensor, logp_pi: Tensor) -> Tensor:
     """Full-vocabulary ``Σ_i µ_i log(µ_i/π_i)`` from normalised log-probs ``(N, V)``."""
     return kl_terms(torch.exp(logp_mu.double()), logp_mu.double(), logp_pi.double()).sum(-1)
-
-
-def tv_exact(logp_mu: Tensor, logp_pi: Tensor) -> Tensor:
-    """Full-vocabulary ``½ Σ_i |µ_i − π_i|`` from normalised log-probs ``(N, V)``."""
-    return 0.5 * (torch.exp(logp_mu.double()) - torch.exp(logp_pi.double())).abs().sum(-1)

@@ -24,8 +24,7 @@ from pdm_replay.math.metrics import TokenStats, token_stats
 from pdm_replay.math.support import (Reduced, ReducedPair, Support, build_support,
                                      gather_support_logprobs, reduce_logprobs)
 from pdm_replay.replay.recompute import SupportStats
-from pdm_replay.run_masks import THRESHOLDS_KEY
-from pdm_replay.schema import UPDATES_V1
+from pdm_replay.schema import THRESHOLDS_KEY, UPDATES_V1
 from pdm_replay.tokens import support_logp_list, support_lists, token_table
 
 NULL_WHERE_NAN = frozenset({"delta_kl_self", "delta_kl_cross"})  # attribution sample only

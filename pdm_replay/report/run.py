@@ -30,9 +30,8 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
-from pdm_replay.schema import THRESHOLDS_KEY
-from pdm_replay.schema import (SCHEMA_KEY, TOKENS_SCHEMA_ID, UPDATES_SCHEMA_ID,
-                               VARIANTS_KEY)
+from pdm_replay.schema import (SCHEMA_KEY, THRESHOLDS_KEY, TOKENS_SCHEMA_ID,
+                               UPDATES_SCHEMA_ID, VARIANTS_KEY)
 
 MANIFEST = "manifest.json"
 REQUIRED_TOKEN_COLUMNS = ("sample_id", "pos", "advantage", "ratio", "kl_topk", "tv_topk",

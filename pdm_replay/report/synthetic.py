@@ -38,8 +38,7 @@ from pdm_replay.io.atomic import atomic_write_bytes, write_table_atomic
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import MASKS, Thresholds, build_masks
 from pdm_replay.math.support import build_support, gather_support_logprobs
-from pdm_replay.schema import THRESHOLDS_KEY
-from pdm_replay.schema import UPDATES_V1
+from pdm_replay.schema import THRESHOLDS_KEY, UPDATES_V1
 from pdm_replay.tokens import log_stats, support_lists, token_table
 
 UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform", "dppo_topk_tv",

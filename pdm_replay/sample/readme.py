@@ -46,9 +46,9 @@ def _steps_table(result: "SampleResult", first_logged: int) -> str:
                       *rows])
 
 
-def _how(preset: "SizePreset", result: "SampleResult") -> str:
+def _made(preset: "SizePreset", result: "SampleResult") -> str:
+    """Steps 1-4 of "How it was made": tokenizer, task, model, SFT."""
     m, t = preset.model, preset.train
-    first, last = t.first_logged, t.rl_steps
     return f"""\
 1. **Tokenizer** (`tokenizers`, built offline): word level, whitespace split; `<pad>`,
    `<bos>`, `<eos>`, `<unk>`, the words `sort : ->` and every number `0`..`{N_NUMBERS - 1}` as
@@ -62,7 +62,14 @@ def _how(preset: "SizePreset", result: "SampleResult") -> str:
    heads, MLP {m.intermediate_size}, tied embeddings, default (sdpa) attention, float32.
 4. **SFT**: {t.sft_steps} AdamW steps (lr {t.sft_lr:g}, cosine decay, batches of
    {t.sft_batch} fresh problems, loss on answer tokens); final loss ≈ {result.sft_loss:.3f}.
-   Short on purpose: peaked but imperfect distributions. The result is θ_0.
+   Short on purpose: peaked but imperfect distributions. The result is θ_0."""
+
+
+def _rl_and_log(preset: "SizePreset") -> str:
+    """Steps 5-8 of "How it was made": the RL loop, the trainer step, what is logged."""
+    t = preset.train
+    first, last = t.first_logged, t.rl_steps
+    return f"""\
 5. **RL**: {t.rl_steps} GRPO steps t = 0..{last - 1}, one AdamW optimizer (lr {t.rl_lr:g}, no
    weight decay, state kept across steps), {t.rl_prompts} prompts × G = {t.group_size}
    samples per step. The **rollout engine** is refreshed every {t.sync_every} steps: at
@@ -89,12 +96,10 @@ def _how(preset: "SizePreset", result: "SampleResult") -> str:
    `behavior_checkpoint=../behavior/step_{{step}}` with `behavior_dtype=bfloat16` (the
    behavior model is the engine's checkpoint loaded in bf16: no separate copy is stored),
    `policy_checkpoint` / `next_checkpoint` templates, `policy_dtype=float32`,
-   `trainer_mask`, `trainer_delta_kl`, `optimizer_state`, `generated_by` (the command).
+   `trainer_mask`, `trainer_delta_kl`, `optimizer_state`, `generated_by` (the command)."""
 
-Per step:
 
-{_steps_table(result, first)}
-
+REPRODUCING = """\
 Reproducing the numbers: `checkpoints/step_<t>` in float32, one sequence per forward
 pass, gives the rows of step t's `train_logprobs` bit for bit on the CPU that wrote them
 (within a few float32 ulps of the largest logit on other SIMD paths);
@@ -102,6 +107,19 @@ pass, gives the rows of step t's `train_logprobs` bit for bit on the CPU that wr
 batches).
 
 Everything runs on CPU, one thread, deterministic algorithms, seeded from `--seed`."""
+
+
+def _how(preset: "SizePreset", result: "SampleResult") -> str:
+    """The "How it was made" section: steps 1-8, the per-step table, reproducing."""
+    return f"""\
+{_made(preset, result)}
+{_rl_and_log(preset)}
+
+Per step:
+
+{_steps_table(result, preset.train.first_logged)}
+
+{REPRODUCING}"""
 
 
 CHOICES = """\
@@ -123,15 +141,69 @@ third of this log) held 584 disagreement tokens, so the batch was tripled; nothi
 chosen from the replay's direction results."""
 
 
+def _files(first: int, last: int, out_dir: str) -> str:
+    """The "Files" section: checkpoints, optimizer state, behavior links, the log."""
+    return f"""\
+## Files
+
+- `checkpoints/step_<t>/`, t = {first}..{last}: θ_t, the trainer's policy before logged step t
+  (and θ_{last} after the last), safetensors, float32, with `tokenizer.json` /
+  `tokenizer_config.json`.
+- `checkpoints/step_{last - 1}/optimizer.pt`: the trainer's AdamW `state_dict()` before step
+  {last - 1} (moments and step count after steps 0..{last - 2}), for `replay --optimizer-state`
+  on that step.
+- `behavior/step_<t>`: links to `checkpoints/step_<s>`, s the engine's last sync before
+  step t: the behavior model of step t is that checkpoint loaded in bfloat16.
+- `rollouts/part-00000.parquet`: the rollout/v1 log of steps {first}..{last - 1}.
+
+They load offline: `AutoModelForCausalLM.from_pretrained("{out_dir}/checkpoints/step_{first}",
+use_safetensors=True)`, `AutoTokenizer.from_pretrained("{out_dir}/checkpoints/step_{first}")`."""
+
+
+def _replay_it(preset: "SizePreset", out_dir: str) -> str:
+    """The "Replay it" section: the replay and report commands over the whole sample."""
+    t = preset.train
+    return f"""\
+## Replay it
+
+Every logged step against its own θ_t and the trainer's real θ_(t+1) (`actual`), with
+the counterfactual masks' simulated steps scaled to the actual step's size:
+
+```bash
+pdm-replay replay {out_dir}/rollouts --checkpoint '{out_dir}/checkpoints/step_{{step}}' \\
+    --next-checkpoint '{out_dir}/checkpoints/step_{{next_step}}' --trainer-mask {t.trainer_mask} \\
+    --seed-by step --seeds {t.logged_steps} --batch-size {t.rl_prompts * t.group_size} --lr auto \\
+    --update-masks none,dppo_topk_kl,pdm_kl_agg --no-attribution --out runs/sample
+pdm-replay report runs/sample
+```"""
+
+
+def _statistics(result: "SampleResult") -> str:
+    """The "Statistics" section: log-only metrics and the acceptance checks."""
+    check_lines = "\n".join(f"- {name}: {'pass' if ok else 'FAIL'}"
+                            for name, ok in result.stats.checks().items())
+    return f"""\
+## Statistics
+
+Log-only metrics (`pdm_replay.tokens.log_stats` on the written log), over all
+{result.stats.tokens} loss tokens. A direction disagreement is a token with Â ≠ 0 where the ratio
+criterion sign(Â)(r − 1) > 0 and the predictive criterion sign(Â)·dkl_agg > 0 differ;
+"out of region" means kl_topk > {DELTA_KL} (there `dppo_topk_kl` and `pdm_kl_agg` decide
+differently).
+
+{_stats_table(result)}
+
+Acceptance checks:
+
+{check_lines}
+"""
+
+
 def render_readme(cfg: "SampleConfig", preset: "SizePreset", result: "SampleResult",
                   out_dir: str) -> str:
     """Markdown for ``OUT_DIR/README.md``."""
-    checks = result.stats.checks()
-    check_lines = "\n".join(f"- {name}: {'pass' if ok else 'FAIL'}"
-                            for name, ok in checks.items())
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
-    t = preset.train
-    first, last = t.first_logged, t.rl_steps
+    first, last = preset.train.first_logged, preset.train.rl_steps
     choices = f"## Choices\n\n{CHOICES}\n" if cfg.size == "small" else ""
     return f"""\
 # Sample data: real GRPO steps from a stale bfloat16 engine, every step's checkpoint
@@ -149,50 +221,13 @@ Same seed and size give the same Parquet contents (one CPU thread, deterministic
 bits can differ across torch versions or CPU instruction sets). Time on this run:
 {timing}.
 
-## Files
+{_files(first, last, out_dir)}
 
-- `checkpoints/step_<t>/`, t = {first}..{last}: θ_t, the trainer's policy before logged step t
-  (and θ_{last} after the last), safetensors, float32, with `tokenizer.json` /
-  `tokenizer_config.json`.
-- `checkpoints/step_{last - 1}/optimizer.pt`: the trainer's AdamW `state_dict()` before step
-  {last - 1} (moments and step count after steps 0..{last - 2}), for `replay --optimizer-state`
-  on that step.
-- `behavior/step_<t>`: links to `checkpoints/step_<s>`, s the engine's last sync before
-  step t: the behavior model of step t is that checkpoint loaded in bfloat16.
-- `rollouts/part-00000.parquet`: the rollout/v1 log of steps {first}..{last - 1}.
-
-They load offline: `AutoModelForCausalLM.from_pretrained("{out_dir}/checkpoints/step_{first}",
-use_safetensors=True)`, `AutoTokenizer.from_pretrained("{out_dir}/checkpoints/step_{first}")`.
-
-## Replay it
-
-Every logged step against its own θ_t and the trainer's real θ_(t+1) (`actual`), with
-the counterfactual masks' simulated steps scaled to the actual step's size:
-
-```bash
-pdm-replay replay {out_dir}/rollouts --checkpoint '{out_dir}/checkpoints/step_{{step}}' \\
-    --next-checkpoint '{out_dir}/checkpoints/step_{{next_step}}' --trainer-mask {t.trainer_mask} \\
-    --seed-by step --seeds {t.logged_steps} --batch-size {t.rl_prompts * t.group_size} --lr auto \\
-    --update-masks none,dppo_topk_kl,pdm_kl_agg --no-attribution --out runs/sample
-pdm-replay report runs/sample
-```
+{_replay_it(preset, out_dir)}
 
 ## How it was made
 
 {_how(preset, result)}
 
 {choices}
-## Statistics
-
-Log-only metrics (`pdm_replay.tokens.log_stats` on the written log), over all
-{result.stats.tokens} loss tokens. A direction disagreement is a token with Â ≠ 0 where the ratio
-criterion sign(Â)(r − 1) > 0 and the predictive criterion sign(Â)·dkl_agg > 0 differ;
-"out of region" means kl_topk > {DELTA_KL} (there `dppo_topk_kl` and `pdm_kl_agg` decide
-differently).
-
-{_stats_table(result)}
-
-Acceptance checks:
-
-{check_lines}
-"""
+{_statistics(result)}"""
