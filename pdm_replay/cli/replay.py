@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -13,11 +14,12 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import (PlainHelpCommand, choices, console, fail, progress_bar,
                                    value)
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
-                                         load_mask_modules, parse_mask_params)
+                                         parse_mask_params)
 from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
                                   parse_mask_list, threshold_options)
 from pdm_replay.replay.config import (CHUNK_MEMORY, DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS,
-                                      ReplayConfig)
+                                      FieldError, ReplayConfig, flag)
+from pdm_replay.replay.manifest import recorded_mask_modules
 from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, parse_values
 
@@ -199,37 +201,67 @@ def replay(
     Several processes: torchrun --nproc_per_node N -m pdm_replay replay ... (samples
     sharded by rank, gradients summed: the same step as one process).
     """
+    options = dict(locals())
     # torch and transformers load here, when a replay runs, not for --help.
     from pdm_replay.replay.distributed import LOCAL, init_from_env
     dist = LOCAL
     try:
-        load_mask_modules(mask_module)
-        sweep = Sweep(eps=parse_values(eps, "--eps"),
-                      delta_kl=parse_values(delta_kl, "--delta-kl"),
-                      delta_tv=parse_values(delta_tv, "--delta-tv"))
-        cfg = ReplayConfig(
-            log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
-            masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
-            seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
-            optimizer=value(optimizer), lr=lr, device=device, dtype=value(dtype), chunk_tokens=chunk_tokens,
-            behavior_dtype=value(behavior_dtype),
-            thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
-                                         sweep.delta_tv[0], clip_ratio_c,
-                                         parse_mask_params(mask_param)), sweep=sweep,
-            next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
-            optimizer_state=optimizer_state, seed_by=value(seed_by), allow_overlap=allow_overlap,
-            allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-            tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
-            attribution_sample=attribution_sample, fsdp=fsdp, threads=threads)
+        cfg = config_from_options(options)
         dist = init_from_env(cfg.device, cfg.fsdp)
         start = time.perf_counter()
         result = _run(cfg, dist)
     except (ValueError, FileNotFoundError) as exc:
-        fail(f"rank {dist.rank}: {exc}" if dist.active else str(exc))
+        message = error_text(exc)
+        fail(f"rank {dist.rank}: {message}" if dist.active else message)
     finally:
         dist.close()
     if dist.is_main:
         print_summary(result, time.perf_counter() - start)
+
+
+# CLI parameters that are not a ReplayConfig field of the same name: renamed ones, and
+# the threshold options ReplayConfig holds as `thresholds` and `sweep`.
+RENAMED = {"mask_names": "masks", "mask_module": "mask_modules"}
+THRESHOLD_PARAMS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c",
+                    "mask_param")
+
+
+def error_text(exc: Exception) -> str:
+    """An error as the CLI says it: a config error's fields spelled as this command's flags
+    (the one place field names become flags)."""
+    return exc.render(cli_flag) if isinstance(exc, FieldError) else str(exc)
+
+
+def cli_flag(field_name: str) -> str:
+    """The flag of a ReplayConfig field (the parameter's first long option)."""
+    import typer.main
+    names = {v: k for k, v in RENAMED.items()}
+    command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
+    for param in command.params:
+        if param.name == names.get(field_name, field_name):
+            return next(o for o in param.opts if o.startswith("--"))
+    return flag(field_name)
+
+
+def config_from_options(options: dict) -> ReplayConfig:
+    """The ReplayConfig of the command's parameters ``options``: same-named fields pass
+    through (choices as their strings), the threshold options become ``thresholds`` and
+    ``sweep``. On ``--resume`` without ``--mask-module`` the run's recorded modules load."""
+    kw = {RENAMED.get(k, k): value(v) if isinstance(v, Enum) else v
+          for k, v in options.items() if k not in THRESHOLD_PARAMS}
+    kw["masks"] = parse_mask_list(kw["masks"])
+    kw["update_masks"] = parse_mask_list(kw["update_masks"]) or ()
+    if kw["resume"] and not kw["mask_modules"]:
+        kw["mask_modules"] = recorded_mask_modules(kw["out"])
+    kw["mask_modules"] = tuple(kw["mask_modules"] or ())  # ReplayConfig loads them first
+    o = options
+    sweep = Sweep(eps=parse_values(o["eps"], "--eps"),
+                  delta_kl=parse_values(o["delta_kl"], "--delta-kl"),
+                  delta_tv=parse_values(o["delta_tv"], "--delta-tv"))
+    thresholds = threshold_options(sweep.eps[0], o["eps_low"], o["eps_high"],
+                                   sweep.delta_kl[0], sweep.delta_tv[0], o["clip_ratio_c"],
+                                   parse_mask_params(o["mask_param"]))
+    return ReplayConfig(**kw, thresholds=thresholds, sweep=sweep)
 
 
 def _run(cfg: ReplayConfig, dist: Dist) -> ReplayResult:

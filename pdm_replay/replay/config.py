@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-from pdm_replay.masks import Thresholds, resolve_names
+from pdm_replay.masks import Thresholds, load_mask_module, resolve_names
 from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
@@ -80,11 +81,17 @@ class ReplayConfig:
     allow_overlap: bool = False  # more seeds than fit disjointly: let seeds share samples
     sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv
     threads: int | None = None  # torch intra-op threads; None: the usable CPUs (pdm_replay.threads)
+    # User mask modules (--mask-module), loaded by the config before it resolves mask
+    # names; the manifest holds their paths and sha256, so --resume reloads the same ones.
+    mask_modules: Sequence[Path] = ()
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
         def set_(k, v):
             return object.__setattr__(self, k, v)
+        set_("mask_modules", tuple(Path(p).resolve() for p in self.mask_modules))
+        for path in self.mask_modules:
+            load_mask_module(path)  # registers its masks before the names are resolved
         for name in ("log", "out", *STEP_PATHS):
             value = getattr(self, name)
             if value is not None:
@@ -99,43 +106,43 @@ class ReplayConfig:
             try:
                 set_("lr", float(self.lr))
             except ValueError:
-                raise ValueError(f"--lr {self.lr!r}: expected a number or 'auto'") from None
+                raise FieldError(f"{{lr}} {self.lr!r}: expected a number or 'auto'") from None
         self._check()
         if self.trainer_mask is not None:
             trainer_variant(self.trainer_mask, self.sweep)  # raises on an unusable name
 
     def _check(self) -> None:
         auto = self.lr == "auto"
-        checks = [(self.seeds >= 1, "--seeds must be >= 1"),
-                  (self.batch_size >= 1, "--batch-size must be >= 1"),
-                  (self.micro_batch_size >= 1, "--micro-batch-size must be >= 1"),
+        checks = [(self.seeds >= 1, "{seeds} must be >= 1"),
+                  (self.batch_size >= 1, "{batch_size} must be >= 1"),
+                  (self.micro_batch_size >= 1, "{micro_batch_size} must be >= 1"),
                   (self.chunk_tokens is None or self.chunk_tokens >= 1,
-                   "--chunk-tokens must be >= 1"),
-                  (auto or self.lr > 0, "--lr must be > 0 or 'auto'"),
+                   "{chunk_tokens} must be >= 1"),
+                  (auto or self.lr > 0, "{lr} must be > 0 or 'auto'"),
                   (not auto or self.next_checkpoint is not None,
-                   "--lr auto scales each simulated step to the actual one: it needs "
-                   "--next-checkpoint"),
+                   "{lr} auto scales each simulated step to the actual one: it needs "
+                   "{next_checkpoint}"),
                   (not (auto or self.optimizer_state) or not self.fsdp,
-                   "--lr auto and --optimizer-state are not supported with --fsdp"),
+                   "{lr} auto and {optimizer_state} are not supported with {fsdp}"),
                   (self.next_checkpoint is None or self.trainer_mask is not None,
-                   "--next-checkpoint needs --trainer-mask NAME: the mask the trainer used "
+                   "{next_checkpoint} needs {trainer_mask} NAME: the mask the trainer used "
                    "(kept under the actual update); `none` if it kept every token"),
                   (self.trainer_mask is None or self.next_checkpoint is not None,
-                   "--trainer-mask needs --next-checkpoint (the trainer's actual update)"),
+                   "{trainer_mask} needs {next_checkpoint} (the trainer's actual update)"),
                   (self.optimizer_state is None or self.optimizer == "adam",
-                   "--optimizer-state continues the trainer's Adam moments: use --optimizer "
+                   "{optimizer_state} continues the trainer's Adam moments: use {optimizer} "
                    "adam"),
-                  (self.seed_by in SEED_BY, f"--seed-by must be one of {', '.join(SEED_BY)}"),
-                  (self.attribution_sample >= 0, "--attribution-sample must be >= 0"),
-                  (self.threads is None or self.threads >= 1, "--threads must be >= 1"),
-                  (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {OPTIMIZERS}"),
-                  (self.dtype in DTYPES, f"--dtype must be one of {tuple(DTYPES)}"),
+                  (self.seed_by in SEED_BY, f"{{seed_by}} must be one of {', '.join(SEED_BY)}"),
+                  (self.attribution_sample >= 0, "{attribution_sample} must be >= 0"),
+                  (self.threads is None or self.threads >= 1, "{threads} must be >= 1"),
+                  (self.optimizer in OPTIMIZERS, f"{{optimizer}} must be one of {OPTIMIZERS}"),
+                  (self.dtype in DTYPES, f"{{dtype}} must be one of {tuple(DTYPES)}"),
                   (self.behavior_dtype in (None, *DTYPES),
-                   f"--behavior-dtype must be one of {tuple(DTYPES)}"),
-                  (len(self.update_masks) > 0, "--update-masks names no mask")]
-        for ok, message in checks:
+                   f"{{behavior_dtype}} must be one of {tuple(DTYPES)}"),
+                  (len(self.update_masks) > 0, "{update_masks} names no mask")]
+        for ok, template in checks:
             if not ok:
-                raise ValueError(message)
+                raise FieldError(template)
 
     def to_json(self) -> dict:
         """JSON-ready dict of every option (paths as strings)."""
@@ -148,3 +155,56 @@ class ReplayConfig:
         for key in OPERATIONAL:
             doc.pop(key)
         return doc
+
+    def differences(self, before: dict) -> list[str]:
+        """The result-affecting options in which a run's stored config ``before`` (its
+        manifest's ``config``) differs from this one. An option the stored config lacks
+        (added in a later version) counts as its default."""
+        before = {**default_json(), **before}
+        now = self.result_affecting()
+        return sorted(k for k in set(before) | set(now)
+                      if k not in OPERATIONAL and before.get(k) != now.get(k))
+
+
+def default_json() -> dict:
+    """Every defaulted option of :class:`ReplayConfig` in its JSON form."""
+    out = {}
+    for f in dataclasses.fields(ReplayConfig):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        value = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        out[f.name] = json.loads(json.dumps(value, default=str))
+    return out
+
+
+def flag(name: str) -> str:
+    """The CLI flag of option ``name``: the one mapping from field names to flags."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+FLAGS = {"mask_modules": "--mask-module", "masks": "--masks"}  # the flags not spelled --name
+
+
+class FieldError(ValueError):
+    """An invalid option, named by field: ``template`` holds ``{field}`` placeholders.
+    ``fields`` names them (``field`` the first); :meth:`render` spells them with any
+    naming (the CLI: its flags); ``str()`` spells them as flags, the options' public
+    names.
+
+    >>> err = FieldError("{seeds} must be >= 1")
+    >>> err.field, err.render(str), str(err)
+    ('seeds', 'seeds must be >= 1', '--seeds must be >= 1')
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.fields = tuple(n for _, n, _, _ in string.Formatter().parse(template) if n)
+        self.field = self.fields[0] if self.fields else None
+        super().__init__(self.render(flag))
+
+    def render(self, name: Callable[[str], str]) -> str:
+        return self.template.format(**{f: name(f) for f in self.fields})
