@@ -13,12 +13,12 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          load_mask_modules, parse_mask_params)
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import Thresholds
+from pdm_replay.replay.config import MASK_NAMES_HELP
 
 if TYPE_CHECKING:
     from pdm_replay.run_masks import MasksSummary
 
-MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
 
 
 def parse_mask_list(text: Optional[str]) -> list[str] | None:

@@ -17,9 +17,9 @@ import json
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from pdm_replay.masks import Thresholds, load_mask_module, resolve_names
+from pdm_replay.masks import MASKS, Thresholds, load_mask_module, resolve_names
 from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
@@ -42,48 +42,105 @@ DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
 OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint",
                "next_checkpoint", "optimizer_state", "threads")
 STEP_PATHS = ("checkpoint", "behavior_checkpoint", "next_checkpoint", "optimizer_state")
+PATH_TEMPLATE = (" May be a template with {step} / {next_step} (the row's logged step, "
+                 "step + 1), e.g. ckpt/global_step_{step}: each row is replayed against "
+                 "its own step's files.")
+TEMPLATE_TOO = " Accepts {step} / {next_step} like --checkpoint."
+MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
+OPTION = "pdm_replay.option"  # the field metadata key of an option's declaration
+
+
+def opt(default: Any = dataclasses.MISSING, **option: Any) -> Any:
+    """A config field that is a command-line option, declared once: ``help`` and the CLI's
+    spelling in the metadata (``flag`` when not --name, ``short``, ``min`` / ``max``,
+    ``choices``, ``secondary`` for a --no-name switch, ``names`` for a comma-separated
+    list of mask names, ``cli`` for the default as typed, ``argument`` for a positional,
+    ``shared`` when the CLI declares it for several commands). ``cli.replay`` generates
+    the Typer options from these fields."""
+    return field(default=default, metadata={OPTION: option})
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
     """Everything a replay run depends on; ``manifest.json`` stores it in full."""
 
-    log: Path
-    checkpoint: Path
-    out: Path
-    behavior_checkpoint: Path | None = None
-    masks: Sequence[str] | None = None  # decisions recorded in tokens/; None = all
-    update_masks: Sequence[str] = DEFAULT_UPDATE_MASKS  # updates simulated per seed
-    seeds: int = 8
-    batch_size: int = 64  # samples per simulated step
-    micro_batch_size: int = 8  # samples per forward pass (memory, not results)
-    optimizer: str = "adam"
-    lr: float | str = 1e-6  # or "auto": each simulated step as long as the actual one
-    device: str = "cpu"
-    dtype: str = "float32"
+    log: Path = opt(argument=True, help="Rollout log with prompt_ids (file or directory).")
+    checkpoint: Path = opt(help="Training-policy checkpoint directory θ_t (save_pretrained, "
+                           "safetensors)." + PATH_TEMPLATE)
+    out: Path = opt(short="-o", help="Run directory to create; locked (RUN_DIR/.lock) while "
+                    "this replay writes it: a second replay on it fails at once, naming this "
+                    "one's PID.")
+    behavior_checkpoint: Path | None = opt(None, help=(
+        "Behaviour-policy checkpoint: adds exact full-vocabulary kl_exact / dkl_exact columns "
+        "and the reloaded-vs-logged µ gaps behavior_logp_gap(_max)." + TEMPLATE_TOO))
+    # The trainer's checkpoint after its real step on this data: the `actual` update.
+    next_checkpoint: Path | None = opt(None, help=(
+        "The trainer's checkpoint θ_{t+1} after its real update on this data: recorded as "
+        "the update named `actual` (one more forward pass; needs --trainer-mask)."
+        + TEMPLATE_TOO))
+    trainer_mask: str | None = opt(None, help=(  # the mask the trainer used (`kept` under `actual`)
+        "The mask the trainer used: `kept` under `actual`. NAME, or NAME@VALUE for a swept "
+        "threshold; `none` if it kept every token."))
+    optimizer_state: Path | None = opt(None, help=(  # trainer's optimizer.pt: Adam continues
+        "The trainer's optimizer state_dict (HF Trainer's optimizer.pt, read with "
+        "weights_only=True): simulated Adam steps continue its moments and step count "
+        "instead of a first step." + TEMPLATE_TOO))
+    masks: Sequence[str] | None = opt(None, names=True, help="Decisions recorded in tokens/. "
+                                      + MASK_NAMES_HELP)  # None = all
+    update_masks: Sequence[str] = opt(DEFAULT_UPDATE_MASKS, names=True,
+                                      help="Comma-separated masks whose update is simulated.")
+    seeds: int = opt(8, min=1, help="Seeds 0..N-1, one batch each; by default no sample is in "
+                     "two seeds (the run fails, saying how many fit, when the log is too small).")
+    seed_by: str = opt("sample", choices=SEED_BY, help=(  # "sample": disjoint; "step": per step
+        f"{' | '.join(SEED_BY)}: disjoint batches of --batch-size samples, or one seed per "
+        "logged step (at most --batch-size of its samples)."))
+    allow_overlap: bool = opt(False, help="Let seeds share samples when more are asked for "
+                              "than fit disjointly (recorded in the manifest).")
+    batch_size: int = opt(64, min=1, help="Samples per simulated step.")
+    micro_batch_size: int = opt(8, min=1, help="Samples per forward pass (memory only).")
+    optimizer: str = opt("adam", choices=OPTIMIZERS, help=(
+        "The simulated step's optimizer (fresh state: the first step of a run; adam "
+        "continues the trainer's state with --optimizer-state)."))
+    lr: float | str = opt(1e-6, cli="1e-6", help=(  # or "auto": as long as the actual step
+        "Learning rate of the simulated step, or `auto` (needs --next-checkpoint): each "
+        "simulated step is scaled to the actual step's parameter norm ‖θ_{t+1} − θ_t‖."))
+    device: str = opt("cpu", help="torch device, e.g. cpu, cuda:0.")
+    dtype: str = opt("float32", choices=DTYPES,
+                     help="Weight dtype; statistics are float32/float64 regardless.")
     # The behaviour model's dtype for exact µ: the engine's precision, so exact µ is the
     # distribution actually sampled from. None: the log's footer `behavior_dtype`, else dtype.
-    behavior_dtype: str | None = None
-    chunk_tokens: int | None = None  # None: from free device memory (replay.gpu)
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    attribution: bool = True  # delta_kl_lin/_curv per update (+ _self/_cross for SGD)
-    attribution_sample: int = 64  # SGD self term: random tokens beyond the disagreements
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
-    tokenizer_check: bool = True
-    resume: bool = False
-    fsdp: bool = False  # under torchrun: shard the model with FSDP2 (replay.fsdp)
-    # The trainer's checkpoint after its real step on this data: the `actual` update.
-    next_checkpoint: Path | None = None
-    trainer_mask: str | None = None  # the mask the trainer used (`kept` under `actual`)
-    optimizer_state: Path | None = None  # trainer's optimizer.pt: Adam continues from it
-    seed_by: str = "sample"  # "sample": disjoint batches; "step": one seed per logged step
-    allow_overlap: bool = False  # more seeds than fit disjointly: let seeds share samples
-    sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv
-    threads: int | None = None  # torch intra-op threads; None: the usable CPUs (pdm_replay.threads)
+    behavior_dtype: str | None = opt(None, choices=DTYPES, help=(
+        "dtype of the behaviour model for exact µ: the rollout engine's precision. Default: "
+        "the log's footer `behavior_dtype`, else --dtype."))
+    chunk_tokens: int | None = opt(None, min=1, help=(  # None: from free memory (replay.gpu)
+        f"Tokens per LM-head chunk C: bounds logits memory to about {CHUNK_MEMORY}. "
+        "Default: from the device's free memory."))
+    attribution: bool = opt(True, secondary="--no-attribution", help=(
+        "First-order attribution of each update's ΔD_kl: delta_kl_lin (forward-mode JVP "
+        "along Δθ, about one extra pass per update mask) and delta_kl_curv; with --optimizer "
+        "sgd also delta_kl_self / delta_kl_cross on a token sample."))
+    attribution_sample: int = opt(64, min=0, help=(  # SGD self term, beyond disagreements
+        "SGD self term: loss tokens sampled per seed in addition to every KL disagreement "
+        "token (per-token gradients)."))
     # User mask modules (--mask-module), loaded by the config before it resolves mask
     # names; the manifest holds their paths and sha256, so --resume reloads the same ones.
-    mask_modules: Sequence[Path] = ()
+    mask_modules: Sequence[Path] = opt((), flag="--mask-module", shared=True)
+    allow_pickle: bool = opt(False, help="Allow pickle weights (*.bin): they can run code; "
+                             "only for trusted files.")
+    trust_remote_code: bool = opt(False, help="Run the checkpoint's custom model code.")
+    tokenizer_check: bool = opt(True, secondary="--no-tokenizer-check", help=(
+        "Require log and checkpoint tokenizer names to agree when both name one."))
+    resume: bool = opt(False, help="Continue an interrupted run directory: finished seeds "
+                       "are kept.")
+    fsdp: bool = opt(False, help="Under torchrun: shard the model over the processes with "
+                     "FSDP2 (checkpoints too large for one device).")
+    threads: int | None = opt(None, min=1, help=(  # None: the usable CPUs (pdm_replay.threads)
+        "torch intra-op threads. Default: the CPUs this process may use (affinity mask, "
+        "cgroup quota), shared by the ranks of a CPU torchrun job; recorded in "
+        "manifest.json `threads`."))
+    # Set by the threshold options (--eps, --delta-kl, ... in the CLI), not one option each.
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv
 
     def __post_init__(self) -> None:
         # Canonical forms, so the manifest and a resume compare like with like.
@@ -183,10 +240,10 @@ def default_json() -> dict:
 
 def flag(name: str) -> str:
     """The CLI flag of option ``name``: the one mapping from field names to flags."""
-    return FLAGS.get(name, "--" + name.replace("_", "-"))
+    spec = ReplayConfig.__dataclass_fields__[name].metadata.get(OPTION, {})
+    return spec.get("flag", "--" + name.replace("_", "-"))
 
 
-FLAGS = {"mask_modules": "--mask-module", "masks": "--masks"}  # the flags not spelled --name
 
 
 class FieldError(ValueError):
