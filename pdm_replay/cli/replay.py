@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer

@@ -23,11 +23,10 @@ False
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -39,26 +38,23 @@ import torch
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import Mask
 from pdm_replay.math.segments import Segments
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import records as rec
 from pdm_replay.replay.actual import ACTUAL, actual_columns
 from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import PaddedBatch, micro_batches
-from pdm_replay.replay.checkpoint import DTYPES, Policy
+from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.context import ModelSlot, ReplayContext
+from pdm_replay.replay.data import seed_batch
 from pdm_replay.replay.distributed import LOCAL, Dist, finish_seed, lockstep, shard_seed_batch
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
                                        behaviour_hidden, forward_stats)
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.models import (StepModels, behaviour_dtype, input_hashes,
-                                      load_run_inputs, load_step_models, seed_groups,
-                                      templated)
+from pdm_replay.replay.models import behaviour_dtype, input_hashes, load_run_inputs, templated
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
-from pdm_replay.replay.seeds import SeedPlan
-from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
+from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
@@ -66,72 +62,9 @@ from pdm_replay.report.db import connect
 from pdm_replay.report.headline import headline
 from pdm_replay.report.run import discover_run
 from pdm_replay.run_masks import torch_threads
-from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
-
-
-class ModelSlot:
-    """The models of the logged step being replayed: the run's one mutable cache.
-    :meth:`use` switches steps, dropping the current models first, so one step's models
-    are alive at once."""
-
-    def __init__(self, cfg: ReplayConfig, meta: RolloutMeta, first: StepModels,
-                 per_step: bool, dist: Dist) -> None:
-        self._cfg, self._meta, self._per_step, self._dist = cfg, meta, per_step, dist
-        self.current = first
-
-    def use(self, step: int | None) -> StepModels:
-        key = step if self._per_step else None
-        if self.current.step != key:
-            self.current = None  # type: ignore[assignment]
-            gc.collect()
-            self.current = load_step_models(self._cfg, self._meta, key, self._dist)
-        return self.current
-
-
-@dataclass(frozen=True)
-class ReplayContext:
-    """What every seed shares, fixed at the start: config, the log index and seed plan,
-    the masks, the gradient reduction, and the slot holding the step's models."""
-
-    cfg: ReplayConfig
-    meta: RolloutMeta
-    index: LogIndex
-    plan: SeedPlan
-    layout: mf.RunLayout
-    record_masks: dict[str, Mask]
-    update_masks: dict[str, Mask]
-    slot: ModelSlot
-    trainer_mask: Mask | None = None  # decides `kept` under the actual update
-    grad_reduce: GradReduce | None = None
-    pass_cfg: PassConfig = field(default_factory=PassConfig)
-    dist: Dist = LOCAL  # this process's rank under torchrun (replay.distributed)
-
-    @property
-    def models(self) -> StepModels:
-        return self.slot.current
-
-    @property
-    def policy(self) -> Policy:
-        return self.models.policy
-
-    @property
-    def behaviour(self) -> Policy | None:
-        return self.models.behaviour
-
-    @property
-    def snapshot(self) -> ParamSnapshot:
-        return self.models.snapshot
-
-    def use_step(self, step: int | None) -> None:
-        """Switch the slot to logged step ``step``'s models (:meth:`ModelSlot.use`)."""
-        self.slot.use(step)
-
-    def groups(self, seed: int) -> list[tuple[int | None, np.ndarray]]:
-        """``seed``'s rows, split by logged step when the checkpoints are per step."""
-        return seed_groups(self.cfg, self.plan, seed)
 
 
 @dataclass(frozen=True)
