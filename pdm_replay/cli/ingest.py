@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 
@@ -55,53 +55,56 @@ def print_summary(s: IngestSummary, seconds: float) -> None:
         err_console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
 
 
+# The options, one alias each (the command's signature lists them by name).
+Inputs = Annotated[List[Path], typer.Argument(help="Input files or directories.")]
+From = Annotated[FormatName, typer.Option("--from", help=f"Input format. {FORMATS_HELP}.")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="rollout/v1 Parquet file to write.")]
+Tokenizer = Annotated[Optional[Path], typer.Option(
+    "--tokenizer", help="Tokenizer (tokenizer.json or a model directory): maps "
+    "token strings to ids (openai format) and gives the vocabulary size.")]
+VocabSize = Annotated[Optional[int], typer.Option(
+    "--vocab-size", min=1, help="Vocabulary size n (the logits width); default: "
+    "config.json next to --tokenizer, else the tokenizer's size.")]
+OnErrorOpt = Annotated[OnError, typer.Option(
+    "--on-error", help="fail: stop at the first bad record, leave no "
+    "output. skip: list bad records in a rejects file and go on.")]
+Mapping = Annotated[Optional[Path], typer.Option(
+    "--mapping", help="TOML column mapping (--from columns), or a shipped one by "
+    "name: open-instruct.")]
+Rejects = Annotated[Optional[Path], typer.Option(
+    "--rejects", help="Rejects file (default: OUT with suffix .rejects.jsonl).")]
+TopkConvention = Annotated[Optional[Convention], typer.Option(
+    "--topk-convention", help="Override the format's top-K convention.")]
+LogprobsMode = Annotated[Optional[Mode], typer.Option(
+    "--logprobs-mode", help="Override: raw (before temperature/truncation) or "
+    "processed (after).")]
+TopK = Annotated[Optional[int], typer.Option(
+    "--top-k", min=0, help="K of the logged top-K (default: from the data).")]
+Temperature = Annotated[Optional[float], typer.Option(
+    "--temperature", help="Sampling temperature of the rollouts.")]
+TopP = Annotated[Optional[float], typer.Option("--top-p", help="Sampler top-p.")]
+TopKSampling = Annotated[Optional[int], typer.Option(
+    "--top-k-sampling", min=0, help="Sampler top-k (0 = off).")]
+ChunkRows = Annotated[int, typer.Option(
+    "--chunk-rows", min=1, help="Samples per checked and written chunk (bounds memory).")]
+
+
 @app.command("ingest")
 def ingest_command(
-    inputs: List[Path] = typer.Argument(..., help="Input files or directories."),
-    fmt: FormatName = typer.Option(..., "--from", help=f"Input format. {FORMATS_HELP}."),
-    out: Path = typer.Option(..., "--out", "-o", help="rollout/v1 Parquet file to write."),
-    tokenizer: Optional[Path] = typer.Option(
-        None, "--tokenizer", help="Tokenizer (tokenizer.json or a model directory): maps "
-        "token strings to ids (openai format) and gives the vocabulary size."),
-    vocab_size: Optional[int] = typer.Option(
-        None, "--vocab-size", min=1, help="Vocabulary size n (the logits width); default: "
-        "config.json next to --tokenizer, else the tokenizer's size."),
-    on_error: OnError = typer.Option(
-        OnError.fail, "--on-error", help="fail: stop at the first bad record, leave no "
-        "output. skip: list bad records in a rejects file and go on."),
-    mapping: Optional[Path] = typer.Option(
-        None, "--mapping", help="TOML column mapping (--from columns), or a shipped one by "
-        "name: open-instruct."),
-    rejects: Optional[Path] = typer.Option(
-        None, "--rejects", help="Rejects file (default: OUT with suffix .rejects.jsonl)."),
-    topk_convention: Optional[Convention] = typer.Option(
-        None, "--topk-convention", help="Override the format's top-K convention."),
-    logprobs_mode: Optional[Mode] = typer.Option(
-        None, "--logprobs-mode", help="Override: raw (before temperature/truncation) or "
-        "processed (after)."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", min=0,
-                                        help="K of the logged top-K (default: from the data)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature",
-                                                help="Sampling temperature of the rollouts."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Sampler top-p."),
-    top_k_sampling: Optional[int] = typer.Option(None, "--top-k-sampling", min=0,
-                                                 help="Sampler top-k (0 = off)."),
-    chunk_rows: int = typer.Option(512, "--chunk-rows", min=1,
-                                   help="Samples per checked and written chunk (bounds "
-                                   "memory)."),
+    inputs: Inputs, fmt: From, out: Out, tokenizer: Tokenizer = None,
+    vocab_size: VocabSize = None, on_error: OnErrorOpt = OnError.fail,
+    mapping: Mapping = None, rejects: Rejects = None,
+    topk_convention: TopkConvention = None, logprobs_mode: LogprobsMode = None,
+    top_k: TopK = None, temperature: Temperature = None, top_p: TopP = None,
+    top_k_sampling: TopKSampling = None, chunk_rows: ChunkRows = 512,
 ) -> None:
     """Convert rollouts logged by vLLM / SGLang servers, vLLM offline, SGLang, verl /
     Stable-RL batch dumps or any table (with a column mapping) into one rollout/v1 log,
     streaming and atomically (nothing is left under OUT unless the run succeeds).
     """
+    options = {k: v.value if isinstance(v, Enum) else v for k, v in locals().items()}
     from pdm_replay.ingest import IngestConfig, IngestError, ingest  # the driver: on run
-    cfg = IngestConfig(
-        fmt=fmt.value, inputs=tuple(inputs), out=out, tokenizer=tokenizer,
-        vocab_size=vocab_size, on_error=on_error.value, mapping=mapping, rejects=rejects,
-        topk_convention=topk_convention.value if topk_convention else None,
-        logprobs_mode=logprobs_mode.value if logprobs_mode else None, top_k=top_k,
-        temperature=temperature, top_p=top_p, top_k_sampling=top_k_sampling,
-        chunk_rows=chunk_rows)
+    cfg = IngestConfig(**{**options, "inputs": tuple(inputs)})  # fields named as the options
     start = time.perf_counter()
     try:
         with progress_bar("ingest", None, "files") as bar:

@@ -13,12 +13,12 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          load_mask_modules, parse_mask_params)
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import Thresholds
+from pdm_replay.replay.config import MASK_NAMES_HELP
 
 if TYPE_CHECKING:
     from pdm_replay.run_masks import MasksSummary
 
-MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
 
 
 def parse_mask_list(text: Optional[str]) -> list[str] | None:
@@ -60,34 +60,36 @@ def print_summary(summary: MasksSummary, seconds: float) -> None:
     console.print(f"mass overflow (logged top-K mass > 1): {summary.mass_overflow} tokens")
 
 
+Log = Annotated[Path, typer.Argument(help="Rollout log with train_logprobs and "
+                                     "train_topk_logprobs (file or directory).")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="tokens/v1 Parquet file to write.")]
+MaskNames = Annotated[Optional[str], typer.Option("--masks", help=MASK_NAMES_HELP)]
+VocabSize = Annotated[Optional[int], typer.Option(
+    "--vocab-size", min=1, help="n for the uniform-tail estimators (default: the log's "
+    "footer).")]
+BatchRows = Annotated[int, typer.Option(
+    "--batch-rows", min=1, help="At most this many samples per record batch read; fewer "
+    "for long responses (about 131,072 tokens per batch). Bounds memory.")]
+Workers = Annotated[Optional[int], typer.Option(
+    "--workers", min=1, help="Work items (record batches cut to at most 65,536 tokens) "
+    "validated and computed in parallel (default: the usable CPUs, at most 8). Each holds "
+    "about 50 MB of arrays.")]
+Threads = Annotated[int, typer.Option("--threads", min=1,
+                                      help="torch intra-op threads per worker.")]
+
+
 @app.command()
 def masks(
-    log: Path = typer.Argument(..., help="Rollout log with train_logprobs and "
-                               "train_topk_logprobs (file or directory)."),
-    out: Path = typer.Option(..., "--out", "-o", help="tokens/v1 Parquet file to write."),
-    mask_names: Optional[str] = typer.Option(None, "--masks", help=MASK_NAMES_HELP),
+    log: Log, out: Out, mask_names: MaskNames = None,
     delta_kl: DeltaKL = THRESHOLD_DEFAULTS.delta_kl,
     delta_tv: DeltaTV = THRESHOLD_DEFAULTS.delta_tv,
     eps: Eps = THRESHOLD_DEFAULTS.eps,
     eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
     clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
-    mask_param: MaskParams = None,
-    mask_module: MaskModules = None,
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1,
-                                             help="n for the uniform-tail estimators "
-                                             "(default: the log's footer)."),
-    batch_rows: int = typer.Option(512, "--batch-rows", min=1,
-                                   help="At most this many samples per record batch "
-                                   "read; fewer for long responses (about 131,072 tokens "
-                                   "per batch). Bounds memory."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1,
-                                          help="Work items (record batches cut to at most "
-                                          "65,536 tokens) validated and computed in parallel "
-                                          "(default: the usable CPUs, at most 8). Each holds "
-                                          "about 50 MB of arrays."),
-    threads: int = typer.Option(1, "--threads", min=1,
-                                help="torch intra-op threads per worker."),
+    mask_param: MaskParams = None, mask_module: MaskModules = None,
+    vocab_size: VocabSize = None, batch_rows: BatchRows = 512, workers: Workers = None,
+    threads: Threads = 1,
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
     predictive, aggregated and uniform tail) and every mask's keep decision, from the

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
-from pdm_replay.cli.common import (PlainHelpCommand, choices, console, fail, progress_bar,
-                                   value)
+from pdm_replay.cli.common import PlainHelpCommand, console, fail, progress_bar, value
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
-                                         load_mask_modules, parse_mask_params)
-from pdm_replay.cli.masks import (MASK_NAMES_HELP, THRESHOLD_DEFAULTS, EpsHigh, EpsLow,
-                                  parse_mask_list, threshold_options)
-from pdm_replay.replay.config import (CHUNK_MEMORY, DEFAULT_UPDATE_MASKS, DTYPES, OPTIMIZERS,
-                                      ReplayConfig)
-from pdm_replay.replay.seeds import SEED_BY
+                                         parse_mask_params)
+from pdm_replay.cli.masks import (THRESHOLD_DEFAULTS, EpsHigh, EpsLow, parse_mask_list,
+                                  threshold_options)
+from pdm_replay.cli.options import cli_param, with_options
+from pdm_replay.replay.config import FieldError, ReplayConfig, flag
+from pdm_replay.replay.manifest import recorded_mask_modules
 from pdm_replay.replay.sweep import Sweep, parse_values
 
 if TYPE_CHECKING:
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from pdm_replay.replay.run import ReplayResult
 
 
-Optimizer, Dtype, SeedBy = (choices("Optimizer", OPTIMIZERS), choices("Dtype", DTYPES),
-                           choices("SeedBy", SEED_BY))
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
 SWEEP_HELP = ("; several values separated by commas (0.05,0.15) sweep it: each mask that "
               "reads it is simulated and recorded once per value, as MASK@VALUE")
@@ -35,10 +32,6 @@ SWEEP_HELP = ("; several values separated by commas (0.05,0.15) sweep it: each m
 DeltaKLs = Annotated[str, typer.Option("--delta-kl", help="δ of the KL trust region" + SWEEP_HELP)]
 DeltaTVs = Annotated[str, typer.Option("--delta-tv", help="δ of the TV trust region" + SWEEP_HELP)]
 Epss = Annotated[str, typer.Option("--eps", help="ε of ppo_clip" + SWEEP_HELP)]
-PATH_TEMPLATE = (" May be a template with {step} / {next_step} (the row's logged step, "
-                 "step + 1), e.g. ckpt/global_step_{step}: each row is replayed against "
-                 "its own step's files.")
-TEMPLATE_TOO = " Accepts {step} / {next_step} like --checkpoint."
 
 
 def _rate(x: float | None) -> str:
@@ -105,93 +98,15 @@ def _print_updates(m: dict) -> None:
 
 
 @app.command(cls=PlainHelpCommand)
-def replay(
-    log: Path = typer.Argument(..., help="Rollout log with prompt_ids (file or directory)."),
-    checkpoint: Path = typer.Option(..., "--checkpoint", help="Training-policy checkpoint "
-                                    "directory θ_t (save_pretrained, safetensors)."
-                                    + PATH_TEMPLATE),
-    out: Path = typer.Option(..., "--out", "-o", help="Run directory to create; locked "
-                             "(RUN_DIR/.lock) while this replay writes it: a second replay "
-                             "on it fails at once, naming this one's PID."),
-    behavior_checkpoint: Optional[Path] = typer.Option(
-        None, "--behavior-checkpoint", help="Behaviour-policy checkpoint: adds exact "
-        "full-vocabulary kl_exact / dkl_exact columns and the reloaded-vs-logged µ gaps "
-        "behavior_logp_gap(_max)." + TEMPLATE_TOO),
-    next_checkpoint: Optional[Path] = typer.Option(
-        None, "--next-checkpoint", help="The trainer's checkpoint θ_{t+1} after its real "
-        "update on this data: recorded as the update named `actual` (one more forward "
-        "pass; needs --trainer-mask)." + TEMPLATE_TOO),
-    trainer_mask: Optional[str] = typer.Option(
-        None, "--trainer-mask", help="The mask the trainer used: `kept` under `actual`. "
-        "NAME, or NAME@VALUE for a swept threshold; `none` if it kept every token."),
-    optimizer_state: Optional[Path] = typer.Option(
-        None, "--optimizer-state", help="The trainer's optimizer state_dict (HF Trainer's "
-        "optimizer.pt, read with weights_only=True): simulated Adam steps continue its "
-        "moments and step count instead of a first step." + TEMPLATE_TOO),
-    mask_names: Optional[str] = typer.Option(None, "--masks", help="Decisions recorded in "
-                                             "tokens/. " + MASK_NAMES_HELP),
-    update_masks: str = typer.Option(",".join(DEFAULT_UPDATE_MASKS), "--update-masks",
-                                     show_default=", ".join(DEFAULT_UPDATE_MASKS),
-                                     help="Comma-separated masks whose update is simulated."),
-    seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds 0..N-1, one batch each; "
-                              "by default no sample is in two seeds (the run fails, saying "
-                              "how many fit, when the log is too small)."),
-    seed_by: SeedBy = typer.Option("sample", "--seed-by", help=f"{' | '.join(SEED_BY)}: "
-                                "disjoint batches of --batch-size samples, or one seed per "
-                                "logged step (at most --batch-size of its samples)."),
-    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Let seeds share "
-                                       "samples when more are asked for than fit "
-                                       "disjointly (recorded in the manifest)."),
-    batch_size: int = typer.Option(64, "--batch-size", min=1,
-                                   help="Samples per simulated step."),
-    micro_batch_size: int = typer.Option(8, "--micro-batch-size", min=1,
-                                         help="Samples per forward pass (memory only)."),
-    optimizer: Optimizer = typer.Option("adam", "--optimizer", help="The simulated step's optimizer (fresh state: the first step of a run; adam continues "
-                                  "the trainer's state with --optimizer-state)."),
-    lr: str = typer.Option("1e-6", "--lr", help="Learning rate of the simulated step, or "
-                           "`auto` (needs --next-checkpoint): each simulated step is scaled "
-                           "to the actual step's parameter norm ‖θ_{t+1} − θ_t‖."),
-    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu, cuda:0."),
-    dtype: Dtype = typer.Option("float32", "--dtype", help="Weight dtype; statistics are float32/float64 regardless."),
-    behavior_dtype: Optional[Dtype] = typer.Option(
-        None, "--behavior-dtype", help="dtype of the behaviour model for exact µ: the "
-        "rollout engine's precision. Default: the log's footer `behavior_dtype`, else --dtype."),
-    chunk_tokens: Optional[int] = typer.Option(
-        None, "--chunk-tokens", min=1, help="Tokens per LM-head chunk C: bounds logits memory "
-        f"to about {CHUNK_MEMORY}. Default: from the device's free memory."),
-    delta_kl: DeltaKLs = str(THRESHOLD_DEFAULTS.delta_kl),
-    delta_tv: DeltaTVs = str(THRESHOLD_DEFAULTS.delta_tv),
-    attribution: bool = typer.Option(
-        True, "--attribution/--no-attribution", help="First-order attribution of each "
-        "update's ΔD_kl: delta_kl_lin (forward-mode JVP along Δθ, about one extra pass per "
-        "update mask) and delta_kl_curv; with --optimizer sgd also delta_kl_self / "
-        "delta_kl_cross on a token sample."),
-    attribution_sample: int = typer.Option(
-        64, "--attribution-sample", min=0, help="SGD self term: loss tokens sampled per "
-        "seed in addition to every KL disagreement token (per-token gradients)."),
-    eps: Epss = str(THRESHOLD_DEFAULTS.eps),
-    eps_low: EpsLow = THRESHOLD_DEFAULTS.eps_low,
-    eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
-    clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
-    mask_param: MaskParams = None,
-    mask_module: MaskModules = None,
-    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow pickle weights "
-                                      "(*.bin): they can run code; only for trusted files."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
-                                           help="Run the checkpoint's custom model code."),
-    tokenizer_check: bool = typer.Option(True, "--tokenizer-check/--no-tokenizer-check",
-                                         help="Require log and checkpoint tokenizer names "
-                                         "to agree when both name one."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run "
-                                "directory: finished seeds are kept."),
-    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the model over "
-                              "the processes with FSDP2 (checkpoints too large for one "
-                              "device)."),
-    threads: Optional[int] = typer.Option(
-        None, "--threads", min=1, help="torch intra-op threads. Default: the CPUs this "
-        "process may use (affinity mask, cgroup quota), shared by the ranks of a CPU "
-        "torchrun job; recorded in manifest.json `threads`."),
-) -> None:
+@with_options(ReplayConfig, shared={"mask_modules": MaskModules}, after={
+    "chunk_tokens": [cli_param("delta_kl", DeltaKLs, str(THRESHOLD_DEFAULTS.delta_kl)),
+                     cli_param("delta_tv", DeltaTVs, str(THRESHOLD_DEFAULTS.delta_tv))],
+    "attribution_sample": [cli_param("eps", Epss, str(THRESHOLD_DEFAULTS.eps)),
+                           cli_param("eps_low", EpsLow, THRESHOLD_DEFAULTS.eps_low),
+                           cli_param("eps_high", EpsHigh, THRESHOLD_DEFAULTS.eps_high),
+                           cli_param("clip_ratio_c", ClipRatioC, THRESHOLD_DEFAULTS.clip_ratio_c),
+                           cli_param("mask_param", MaskParams, None)]})
+def replay(**options: Any) -> None:
     """Replay a rollout log against its training checkpoint: recompute π at every logged
     support (chunked, full-vocabulary statistics), record every mask's decision, simulate
     one optimizer step under each update mask, and measure the realized ΔD per token.
@@ -203,33 +118,60 @@ def replay(
     from pdm_replay.replay.distributed import LOCAL, init_from_env
     dist = LOCAL
     try:
-        load_mask_modules(mask_module)
-        sweep = Sweep(eps=parse_values(eps, "--eps"),
-                      delta_kl=parse_values(delta_kl, "--delta-kl"),
-                      delta_tv=parse_values(delta_tv, "--delta-tv"))
-        cfg = ReplayConfig(
-            log=log, checkpoint=checkpoint, out=out, behavior_checkpoint=behavior_checkpoint,
-            masks=parse_mask_list(mask_names), update_masks=parse_mask_list(update_masks) or (),
-            seeds=seeds, batch_size=batch_size, micro_batch_size=micro_batch_size,
-            optimizer=value(optimizer), lr=lr, device=device, dtype=value(dtype), chunk_tokens=chunk_tokens,
-            behavior_dtype=value(behavior_dtype),
-            thresholds=threshold_options(sweep.eps[0], eps_low, eps_high, sweep.delta_kl[0],
-                                         sweep.delta_tv[0], clip_ratio_c,
-                                         parse_mask_params(mask_param)), sweep=sweep,
-            next_checkpoint=next_checkpoint, trainer_mask=trainer_mask,
-            optimizer_state=optimizer_state, seed_by=value(seed_by), allow_overlap=allow_overlap,
-            allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-            tokenizer_check=tokenizer_check, resume=resume, attribution=attribution,
-            attribution_sample=attribution_sample, fsdp=fsdp, threads=threads)
+        cfg = config_from_options(options)
         dist = init_from_env(cfg.device, cfg.fsdp)
         start = time.perf_counter()
         result = _run(cfg, dist)
     except (ValueError, FileNotFoundError) as exc:
-        fail(f"rank {dist.rank}: {exc}" if dist.active else str(exc))
+        message = error_text(exc)
+        fail(f"rank {dist.rank}: {message}" if dist.active else message)
     finally:
         dist.close()
     if dist.is_main:
         print_summary(result, time.perf_counter() - start)
+
+
+# The command's parameters that are not ReplayConfig fields: the threshold options,
+# which ReplayConfig holds as `thresholds` and `sweep`.
+THRESHOLD_PARAMS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c",
+                    "mask_param")
+
+
+def error_text(exc: Exception) -> str:
+    """An error as the CLI says it: a config error's fields spelled as this command's flags
+    (the one place field names become flags)."""
+    return exc.render(cli_flag) if isinstance(exc, FieldError) else str(exc)
+
+
+def cli_flag(field_name: str) -> str:
+    """The flag of a ReplayConfig field (the parameter's first long option)."""
+    import typer.main
+    command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
+    for param in command.params:
+        if param.name == field_name:
+            return next(o for o in param.opts if o.startswith("--"))
+    return flag(field_name)
+
+
+def config_from_options(options: dict) -> ReplayConfig:
+    """The ReplayConfig of the command's parameters ``options``: same-named fields pass
+    through (choices as their strings), the threshold options become ``thresholds`` and
+    ``sweep``. On ``--resume`` without ``--mask-module`` the run's recorded modules load."""
+    kw = {k: value(v) if isinstance(v, Enum) else v
+          for k, v in options.items() if k not in THRESHOLD_PARAMS}
+    kw["masks"] = parse_mask_list(kw["masks"])
+    kw["update_masks"] = parse_mask_list(kw["update_masks"]) or ()
+    if kw["resume"] and not kw["mask_modules"]:
+        kw["mask_modules"] = recorded_mask_modules(kw["out"])
+    kw["mask_modules"] = tuple(kw["mask_modules"] or ())  # ReplayConfig loads them first
+    o = options
+    sweep = Sweep(eps=parse_values(o["eps"], "--eps"),
+                  delta_kl=parse_values(o["delta_kl"], "--delta-kl"),
+                  delta_tv=parse_values(o["delta_tv"], "--delta-tv"))
+    thresholds = threshold_options(sweep.eps[0], o["eps_low"], o["eps_high"],
+                                   sweep.delta_kl[0], sweep.delta_tv[0], o["clip_ratio_c"],
+                                   parse_mask_params(o["mask_param"]))
+    return ReplayConfig(**kw, thresholds=thresholds, sweep=sweep)
 
 
 def _run(cfg: ReplayConfig, dist: Dist) -> ReplayResult:

@@ -4,7 +4,8 @@ ad-hoc SQL over every report view."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from enum import Enum
+from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperCommand
@@ -41,38 +42,43 @@ class _NameValueCommand(TyperCommand):
                 param.nargs = 2
 
 
+Fmt = Annotated[ReportFormat, typer.Option("--format", "-f",
+                                           help="Output format (html embeds the plots).")]
+Out = Annotated[Optional[Path], typer.Option("--out", "-o",
+                                             help="Write here (atomically) instead of stdout.")]
+PlotsDir = Annotated[Optional[Path], typer.Option(
+    "--plots-dir", help="Also write the plots as PNG files here.")]
+MemoryLimit = Annotated[str, typer.Option("--memory-limit", help=MEMORY_HELP)]
+Threads = Annotated[Optional[int], typer.Option("--threads", min=1,
+                                                help="DuckDB threads (default: all cores).")]
+BootstrapSamples = Annotated[int, typer.Option(
+    "--bootstrap-samples", min=1,
+    help="Bootstrap draws B of the intervals (each draw resamples samples, not tokens).")]
+Confidence = Annotated[float, typer.Option("--confidence", min=0.5, max=0.999,
+                                           help="Level of the bootstrap intervals.")]
+BootstrapSeed = Annotated[int, typer.Option(
+    "--bootstrap-seed", help="Seed of the bootstrap (results are repeatable).")]
+DeltaKL = Annotated[Optional[float], typer.Option(
+    "--delta-kl", min=0.0,
+    help="Re-threshold the KL direction analysis at this δ (no new replay): the "
+         "out-of-region set, the decisions and the `actual` / `none` rates follow it; "
+         "own-update rates only where the replay simulated that δ (a note says so).")]
+DeltaTV = Annotated[Optional[float], typer.Option("--delta-tv", min=0.0,
+                                                  help="The same for the TV family.")]
+ByOpt = Annotated[Optional[By], typer.Option("--by", help="step: every section per logged step.")]
+Wide = Annotated[bool, typer.Option(
+    "--wide", help="--format table: every column (default: the key columns in 100 "
+    "terminal columns, the others named).")]
+
+
 @app.command()
 def report(
-    run: Path = typer.Argument(..., help=RUN_HELP),
-    fmt: ReportFormat = typer.Option("table", "--format", "-f",
-                                     help="Output format (html embeds the plots)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                       help="Write here (atomically) instead of stdout."),
-    plots_dir: Optional[Path] = typer.Option(None, "--plots-dir",
-                                             help="Also write the plots as PNG files here."),
-    memory_limit: str = typer.Option(DEFAULT_MEMORY_LIMIT, "--memory-limit", help=MEMORY_HELP),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1,
-                                          help="DuckDB threads (default: all cores)."),
-    bootstrap_samples: int = typer.Option(
-        2000, "--bootstrap-samples", min=1,
-        help="Bootstrap draws B of the intervals (each draw resamples samples, not tokens)."),
-    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999,
-                                     help="Level of the bootstrap intervals."),
-    bootstrap_seed: int = typer.Option(0, "--bootstrap-seed",
-                                       help="Seed of the bootstrap (results are repeatable)."),
-    delta_kl: Optional[float] = typer.Option(
-        None, "--delta-kl", min=0.0,
-        help="Re-threshold the KL direction analysis at this δ (no new replay): the "
-             "out-of-region set, the decisions and the `actual` / `none` rates follow it; "
-             "own-update rates only where the replay simulated that δ (a note says so)."),
-    delta_tv: Optional[float] = typer.Option(None, "--delta-tv", min=0.0,
-                                             help="The same for the TV family."),
-    by: Optional[By] = typer.Option(None, "--by",
-                                     help="step: every section per logged step."),
-    wide: bool = typer.Option(False, "--wide",
-                              help="--format table: every column (default: the key columns "
-                                   "in 100 terminal columns, the others named)."),
-    mask_module: MaskModules = None,
+    run: Annotated[Path, typer.Argument(help=RUN_HELP)], fmt: Fmt = "table",  # type: ignore[assignment]
+    out: Out = None, plots_dir: PlotsDir = None,
+    memory_limit: MemoryLimit = DEFAULT_MEMORY_LIMIT, threads: Threads = None,
+    bootstrap_samples: BootstrapSamples = 2000, confidence: Confidence = 0.95,
+    bootstrap_seed: BootstrapSeed = 0, delta_kl: DeltaKL = None, delta_tv: DeltaTV = None,
+    by: ByOpt = None, wide: Wide = False, mask_module: MaskModules = None,
 ) -> None:
     """Headline direction analysis per update basis (`actual`: the trainer's real step,
     first when present; `own`: each mask's own simulated update; `none`: keep-all) and
@@ -83,14 +89,13 @@ def report(
     the ratio − predictive difference; then sign accuracy, estimator accuracy (vs the
     reloaded µ; also on the disagreement tokens), µ fidelity, mask summary and log
     health. On `masks` output it shows what needs no replay and says what does."""
+    options = {k: value(v) if isinstance(v, Enum) else v for k, v in locals().items()}
     # DuckDB and polars load when the command runs, not for --help.
     from pdm_replay.report.build import ReportConfig
     from pdm_replay.report.produce import produce_report
-    cfg = ReportConfig(source=run, format=value(fmt), out=out, plots_dir=plots_dir,
-                       memory_limit=memory_limit, threads=threads,
-                       bootstrap_samples=bootstrap_samples, confidence=confidence,
-                       bootstrap_seed=bootstrap_seed, delta_kl=delta_kl, delta_tv=delta_tv,
-                       by=value(by), wide=wide)
+    options.update(source=options.pop("run"), format=options.pop("fmt"))
+    del options["mask_module"]
+    cfg = ReportConfig(**options)  # the other fields are named as the options
     try:
         load_mask_modules(mask_module)
         _, text = produce_report(cfg)

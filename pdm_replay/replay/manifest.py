@@ -22,7 +22,7 @@ import importlib.metadata
 import json
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from pdm_replay.io.atomic import atomic_write_bytes
@@ -168,3 +168,144 @@ def lock_run(out: Path, resume: bool) -> DirLock:
         lock.release(remove_if_empty=True)
         raise
     return lock
+
+
+KIND = "pdm_replay.replay"
+RUNNING, COMPLETE, FAILED = "running", "complete", "failed"
+
+
+@dataclass(frozen=True)
+class Finish:
+    """What a completed run adds to its manifest (pooled from the seeds' done markers)."""
+
+    finished_at: str
+    seeds_resumed: tuple[int, ...]
+    recompute_deviation: dict | None
+    tokens: int
+    update_steps: dict
+    behavior_fidelity: dict | None
+    summary: tuple[dict, ...]
+    seeds_s: float
+    per_seed: dict
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json`` as a value: :meth:`started`, then :meth:`with_seed` per finished
+    seed, then :meth:`finished` or :meth:`failed`, each returning a new manifest.
+    :meth:`to_json` / :meth:`from_json` are the one place its JSON form is written and read
+    (the format of earlier versions: a manifest without a newer key reads its default)."""
+
+    config: dict
+    hashes: dict
+    started_at: str
+    versions: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
+    log_meta: dict = field(default_factory=dict)
+    log_rows: int = 0
+    warnings: tuple[str, ...] = ()
+    timings: dict = field(default_factory=dict)  # load_s, hash_s (+ seeds_s, per_seed)
+    seed_plan: dict = field(default_factory=dict)
+    seed_overlap: dict = field(default_factory=dict)
+    updates: tuple[str, ...] = ()
+    mask_variants: dict = field(default_factory=dict)
+    trainer_mask: dict | None = None
+    optimizer_state: dict | None = None  # written only when the trainer's state was read
+    chunk_tokens: int | None = None
+    distributed: dict = field(default_factory=dict)
+    threads: dict = field(default_factory=dict)
+    status: str = RUNNING
+    seeds: tuple[dict, ...] = ()  # done-marker records (not written: the markers hold them)
+    error: str | None = None
+    failed_at: str | None = None
+    finish: Finish | None = None
+
+    @classmethod
+    def started(cls, **facts: object) -> Manifest:
+        """A running run's manifest from what is known at its start."""
+        return cls(status=RUNNING, **facts)  # type: ignore[arg-type]
+
+    def with_seed(self, record: dict) -> Manifest:
+        """Seed ``record["seed"]`` is done (its done-marker record)."""
+        return replace(self, seeds=(*self.seeds, record))
+
+    def finished(self, finish: Finish) -> Manifest:
+        if self.status != RUNNING:
+            raise ValueError(f"a {self.status} run cannot finish")
+        return replace(self, status=COMPLETE, finish=finish)
+
+    def failed(self, error: str, at: str) -> Manifest:
+        return replace(self, status=FAILED, error=error, failed_at=at)
+
+    def to_json(self) -> dict:
+        """The JSON document written to ``manifest.json``."""
+        doc = {"kind": KIND, **{f.name: getattr(self, f.name) for f in fields(self)
+                                if f.name not in ("seeds", "error", "failed_at", "finish")}}
+        doc.update(warnings=list(self.warnings), updates=list(self.updates))
+        if self.optimizer_state is None:
+            del doc["optimizer_state"]
+        if self.status == FAILED:
+            doc.update(error=self.error, failed_at=self.failed_at)
+        if self.finish is not None:
+            f = self.finish
+            doc["timings"] = {**self.timings, "seeds_s": f.seeds_s, "per_seed": f.per_seed}
+            doc.update(finished_at=f.finished_at, seeds_resumed=list(f.seeds_resumed),
+                       recompute_deviation=f.recompute_deviation, tokens=f.tokens,
+                       update_steps=f.update_steps, behavior_fidelity=f.behavior_fidelity,
+                       summary=list(f.summary))
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Manifest:
+        """Read a manifest document (keys it lacks take their defaults)."""
+        names = {f.name for f in fields(cls)} - {"seeds", "finish", "kind"}
+        kw = {k: doc[k] for k in names if k in doc}
+        kw.update(warnings=tuple(doc.get("warnings", ())), updates=tuple(doc.get("updates", ())))
+        timings = dict(doc.get("timings", {}))
+        if doc.get("status") == COMPLETE:
+            kw["finish"] = Finish(
+                finished_at=doc.get("finished_at", ""),
+                seeds_resumed=tuple(doc.get("seeds_resumed", ())),
+                recompute_deviation=doc.get("recompute_deviation"),
+                tokens=doc.get("tokens", 0), update_steps=doc.get("update_steps", {}),
+                behavior_fidelity=doc.get("behavior_fidelity"),
+                summary=tuple(doc.get("summary", ())), seeds_s=timings.pop("seeds_s", 0.0),
+                per_seed=timings.pop("per_seed", {}))
+        kw["timings"] = timings
+        return cls(config=doc.get("config", {}), hashes=doc.get("hashes", {}),
+                   started_at=doc.get("started_at", ""),
+                   **{k: v for k, v in kw.items() if k not in ("config", "hashes",
+                                                               "started_at")})
+
+
+def save(layout: RunLayout, manifest: Manifest) -> None:
+    write_manifest(layout, manifest.to_json())
+
+
+def load(layout: RunLayout) -> Manifest:
+    return Manifest.from_json(read_manifest(layout))
+
+
+def recorded_mask_modules(out: Path) -> list[Path]:
+    """The ``--mask-module`` files a started run at ``out`` recorded (none if no run)."""
+    layout = RunLayout(Path(out))
+    if not layout.manifest.is_file():
+        return []
+    return [Path(p) for p in read_manifest(layout).get("config", {}).get("mask_modules", [])]
+
+
+def mask_module_hashes(paths: tuple[Path, ...]) -> dict:
+    """Manifest ``hashes["mask_module"]``: sha256 of each user mask module, by path (the
+    key is absent without modules, as in manifests written before it existed)."""
+    return {"mask_module": {str(p): sha256_file(p) for p in paths}} if paths else {}
+
+
+def check_mask_modules(out: Path, old: dict, new: dict) -> None:
+    """Refuse a ``--resume`` whose mask modules changed since the run started."""
+    before, now = old.get("mask_module", {}), new.get("mask_module", {})
+    for path in sorted(set(before) & set(now)):
+        if before[path] != now[path]:
+            raise ValueError(
+                f"{out}: --mask-module {path} changed since this run started (sha256 "
+                f"{before[path][:12]} -> {now[path][:12]}): --resume replays with the "
+                "masks the run began with; restore that file or choose a new --out")

@@ -3,7 +3,8 @@
 A seed is replayed in step groups (one unless the checkpoints are ``{step}`` templates);
 each group reports counts, |Δ| statistics (recomputed vs logged π, reloaded vs logged µ)
 and, per update, the lr used and the realized ‖Δθ‖₂. :func:`merge_groups` makes the
-seed's record, :func:`pool` / :func:`updates_by_seed` the manifest's run-level fields.
+seed's :class:`SeedRecord`, :func:`pool` / :func:`updates_by_seed` the manifest's
+run-level fields.
 
 Examples
 --------
@@ -17,6 +18,7 @@ True
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -50,22 +52,71 @@ def pool(stats: list[dict]) -> dict | None:
     return {"max": m["max"], "mean": m["sum"] / m["count"], "tokens": m["count"]}
 
 
-def merge_groups(seed: int, groups: list[dict]) -> dict:
+@dataclass(frozen=True)
+class GroupRecord:
+    """One step group of a seed: counts, timings, |Δ| statistics (:func:`abs_stats`
+    records) and ``step_info`` (the step, the actual step norm, each update's lr and ‖Δθ‖)."""
+
+    samples: int
+    tokens: int
+    timings: dict
+    step_info: dict
+    deviation: dict
+    behavior_gap: dict | None = None
+    behavior_gap_max: dict | None = None
+
+
+@dataclass(frozen=True)
+class SeedRecord:
+    """A finished seed: its done marker ``done/seed=<s>.json``. :meth:`to_json` /
+    :meth:`from_json` are its one serialized form; keys written by the ranks' combination
+    (``world_size``, ``ranks``, ``rank``, ``peak_memory``) travel in ``extra``."""
+
+    seed: int
+    samples: int
+    tokens: int
+    timings: dict
+    steps: tuple[dict, ...] = ()
+    deviation: dict | None = None
+    behavior_gap: dict | None = None
+    behavior_gap_max: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def timed(self, total_s: float) -> SeedRecord:
+        """This record with the seed's wall time ``timings["total_s"]``."""
+        return replace(self, timings={**self.timings, "total_s": total_s})
+
+    def to_json(self) -> dict:
+        doc = {"seed": self.seed, "samples": self.samples, "tokens": self.tokens,
+               "timings": dict(self.timings), "steps": list(self.steps), **self.extra}
+        doc.update({k: getattr(self, k) for k in STAT_KEYS if getattr(self, k) is not None})
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict) -> SeedRecord:
+        known = {"seed", "samples", "tokens", "timings", "steps", *STAT_KEYS}
+        return cls(seed=int(doc["seed"]), samples=doc["samples"], tokens=doc["tokens"],
+                   timings=dict(doc["timings"]), steps=tuple(doc.get("steps", ())),
+                   **{k: doc[k] for k in STAT_KEYS if k in doc},
+                   extra={k: v for k, v in doc.items() if k not in known})
+
+
+def merge_groups(seed: int, groups: list[GroupRecord]) -> SeedRecord:
     """The seed's record from its step groups' (same keys, summed or merged)."""
     timings: dict[str, float] = {}
     for g in groups:
-        for k, v in g["timings"].items():
+        for k, v in g.timings.items():
             timings[k] = timings.get(k, 0.0) + v
-    out = {"seed": seed, "samples": sum(g["samples"] for g in groups),
-           "tokens": sum(g["tokens"] for g in groups), "timings": timings,
-           "steps": [g["step_info"] for g in groups]}
-    out.update({k: merge([g[k] for g in groups]) for k in STAT_KEYS if k in groups[0]})
-    return out
+    stats = {k: merge([getattr(g, k) for g in groups]) for k in STAT_KEYS
+             if getattr(groups[0], k) is not None}
+    return SeedRecord(seed=seed, samples=sum(g.samples for g in groups),
+                      tokens=sum(g.tokens for g in groups), timings=timings,
+                      steps=tuple(g.step_info for g in groups), **stats)
 
 
-def updates_by_seed(records: list[dict]) -> dict[str, list[dict]]:
+def updates_by_seed(records: list[SeedRecord]) -> dict[str, list[dict]]:
     """Manifest ``update_steps``: per seed, per step group, each update's lr and ‖Δθ‖."""
-    return {str(r["seed"]): r.get("steps", []) for r in records}
+    return {str(r.seed): list(r.steps) for r in records}
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -74,14 +125,14 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def behavior_fidelity(records: list[dict], dtype_name: str, dtype: torch.dtype) -> dict | None:
+def behavior_fidelity(records: list[SeedRecord], dtype_name: str, dtype: torch.dtype) -> dict | None:
     """Manifest ``behavior_fidelity``: logged vs reloaded µ over every loss token, beside
     the behaviour dtype's unit roundoff u (a log-prob ℓ rounded once moves by up to u·|ℓ|;
     logits z by u·|z|, which can move log-probs by about 2u·max|z|)."""
-    gap = pool([r["behavior_gap"] for r in records if "behavior_gap" in r])
+    gap = pool([r.behavior_gap for r in records if r.behavior_gap is not None])
     if gap is None:
         return None
-    worst = pool([r["behavior_gap_max"] for r in records if "behavior_gap_max" in r])
+    worst = pool([r.behavior_gap_max for r in records if r.behavior_gap_max is not None])
     u = unit_roundoff(dtype)
     return {"dtype": dtype_name, "unit_roundoff": u, "log2_unit_roundoff": math.log2(u),
             "gap_k": gap, "gap_support_max": worst,
@@ -89,18 +140,16 @@ def behavior_fidelity(records: list[dict], dtype_name: str, dtype: torch.dtype) 
 
 
 def group_record(flat: FlatTokens, pre: PreUpdate, samples: int, timings: dict,
-                 step_info: dict) -> dict:
+                 step_info: dict) -> GroupRecord:
     """One step group's record: counts, timings, |recomputed − logged log π(k)| and, with
     a behaviour checkpoint, |reloaded − logged log µ| (at k; the max over S), over the
     loss tokens."""
     sel = flat.loss_mask
     train = flat.train_logprobs
-    record = {"samples": samples, "tokens": int(sel.sum()), "timings": timings,
-              "deviation": abs_stats(pre.pi.logp_k.numpy() - train
-                                     if train is not None else None, sel),
-              "step_info": step_info}
-    if pre.pi.exact is not None:
-        gaps = behavior_gaps(pre)
-        record["behavior_gap"] = abs_stats(gaps["behavior_logp_gap"], sel)
-        record["behavior_gap_max"] = abs_stats(gaps["behavior_logp_gap_max"], sel)
-    return record
+    gaps = behavior_gaps(pre) if pre.pi.exact is not None else None
+    return GroupRecord(
+        samples=samples, tokens=int(sel.sum()), timings=timings, step_info=step_info,
+        deviation=abs_stats(pre.pi.logp_k.numpy() - train if train is not None else None,
+                            sel),
+        behavior_gap=abs_stats(gaps["behavior_logp_gap"], sel) if gaps else None,
+        behavior_gap_max=abs_stats(gaps["behavior_logp_gap_max"], sel) if gaps else None)

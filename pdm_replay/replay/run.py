@@ -23,11 +23,10 @@ False
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -39,86 +38,42 @@ import torch
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import Mask
 from pdm_replay.math.segments import Segments
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import records as rec
 from pdm_replay.replay.actual import ACTUAL, actual_columns
 from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import PaddedBatch, micro_batches
-from pdm_replay.replay.checkpoint import DTYPES, Policy
-from pdm_replay.replay.config import OPERATIONAL, ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.checkpoint import DTYPES
+from pdm_replay.replay.config import ReplayConfig
+from pdm_replay.replay.context import ModelSlot, ReplayContext
+from pdm_replay.replay.data import seed_batch
 from pdm_replay.replay.distributed import LOCAL, Dist, finish_seed, lockstep, shard_seed_batch
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
                                        behaviour_hidden, forward_stats)
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.models import (StepModels, behaviour_dtype, input_hashes,
-                                      load_run_inputs, load_step_models, seed_groups,
-                                      templated)
+from pdm_replay.replay.models import behaviour_dtype, input_hashes, load_run_inputs, templated
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
-from pdm_replay.replay.seeds import SeedPlan
-from pdm_replay.replay.step import GradReduce, ParamSnapshot, StepInfo, simulated_step
+from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
 from pdm_replay.run_masks import torch_threads
-from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
 
 
-@dataclass
-class Context:
-    """What every seed shares: config, the log index and seed plan, the masks, and the
-    models of the step being replayed (``models``; :meth:`use_step` switches them)."""
-
-    cfg: ReplayConfig
-    meta: RolloutMeta
-    index: LogIndex
-    plan: SeedPlan
-    layout: mf.RunLayout
-    record_masks: dict[str, Mask]
-    update_masks: dict[str, Mask]
-    models: StepModels  # of the step being replayed: use_step(step) switches them
-    per_step: bool = False  # the paths are {step} templates: models change with the step
-    trainer_mask: Mask | None = None  # decides `kept` under the actual update
-    grad_reduce: GradReduce | None = None
-    pass_cfg: PassConfig = field(default_factory=PassConfig)
-    dist: Dist = LOCAL  # this process's rank under torchrun (replay.distributed)
-
-    @property
-    def policy(self) -> Policy:
-        return self.models.policy
-
-    @property
-    def behaviour(self) -> Policy | None:
-        return self.models.behaviour
-
-    @property
-    def snapshot(self) -> ParamSnapshot:
-        return self.models.snapshot
-
-    def use_step(self, step: int | None) -> None:
-        """Switch to logged step ``step``'s models (loaded when they are not the current
-        ones; the current ones are dropped first, so one step's models are alive at once)."""
-        key = step if self.per_step else None
-        if self.models.step != key:
-            self.models = None  # type: ignore[assignment]
-            gc.collect()
-            self.models = load_step_models(self.cfg, self.meta, key, self.dist)
-
-    def groups(self, seed: int) -> list[tuple[int | None, np.ndarray]]:
-        """``seed``'s rows, split by logged step when the checkpoints are per step."""
-        return seed_groups(self.cfg, self.plan, seed)
-
-
 @dataclass(frozen=True)
 class ReplayResult:
     run_dir: Path
-    manifest: dict
+    state: mf.Manifest
     summary: list[dict]  # pdm_replay.report.headline rows
+
+    @property
+    def manifest(self) -> dict:
+        """The manifest as written to ``manifest.json``."""
+        return self.state.to_json()
 
 
 def _now() -> str:
@@ -130,18 +85,16 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     if not layout.started():
         return layout
     mf.refuse_existing(cfg.out, cfg.resume)
-    old = mf.read_manifest(layout)
-    before, now = old.get("config", {}), cfg.result_affecting()
-    differ = sorted(k for k in set(before) | set(now)
-                    if k not in OPERATIONAL and before.get(k) != now.get(k))
-    differ += mf.hash_differences(old.get("hashes", {}), hashes)
+    old = mf.load(layout)
+    mf.check_mask_modules(cfg.out, old.hashes, hashes)
+    differ = cfg.differences(old.config) + mf.hash_differences(old.hashes, hashes)
     if differ:
         raise ValueError(f"{cfg.out}: --resume with different inputs ({', '.join(differ)}); "
                          "resume with the original options or choose a new --out")
     return layout
 
 
-def _simulate(ctx: Context, mask_weight: torch.Tensor, pre: PreUpdate,
+def _simulate(ctx: ReplayContext, mask_weight: torch.Tensor, pre: PreUpdate,
               batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
               mu_hidden: list[torch.Tensor] | None,
               attr: SeedAttribution | None = None,
@@ -185,7 +138,7 @@ class Group:
         return int(self.flat.loss_mask.sum())
 
 
-def _pre_pass(ctx: Context, seed: int, rows: np.ndarray) -> Group:
+def _pre_pass(ctx: ReplayContext, seed: int, rows: np.ndarray) -> Group:
     sb = shard_seed_batch(seed_batch(ctx.index, ctx.cfg.batch_size, seed,
                                      ctx.policy.vocab_size, rows=rows), ctx.dist)
     flat = sb.flat
@@ -201,43 +154,48 @@ def _pre_pass(ctx: Context, seed: int, rows: np.ndarray) -> Group:
     return Group(flat, len(sb.sample_ids), batches, pre, mu_hidden, tokens)
 
 
-def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int], None]
-                  ) -> tuple[pa.Table, list[pa.Table], dict]:
+def _attribution(ctx: ReplayContext, seed: int, g: Group, inputs: LossInputs
+                 ) -> SeedAttribution | None:
+    """The seed's attribution set-up (None without ``--attribution`` or under FSDP)."""
+    if not ctx.cfg.attribution or ctx.dist.fsdp:
+        return None
+    return seed_attribution(
+        ctx.policy, ctx.snapshot.params, g.batches, g.pre, g.flat.loss_mask,
+        inputs.logp_behavior, seed=seed, optimizer=ctx.cfg.optimizer,
+        lr=math.nan if ctx.cfg.lr == "auto" else ctx.cfg.lr,  # columns() gets each lr
+        sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
+        temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens,
+        dist=ctx.dist)
+
+
+def _replay_group(ctx: ReplayContext, seed: int, rows: np.ndarray,
+                  tick: Callable[[int], None]) -> tuple[pa.Table, list[pa.Table], rec.GroupRecord]:
     """Pre pass, the actual update and every simulated update of one step group."""
     t0 = time.perf_counter()
     g = _pre_pass(ctx, seed, rows)
     flat, n = g.flat, g.n
     timings = {"read_and_pre_s": time.perf_counter() - t0}
     tick(n)
-    loss_mask = torch.from_numpy(flat.loss_mask)
-    seqs = Segments.of(flat.row, flat.loss_mask)
+    loss_mask, seqs = torch.from_numpy(flat.loss_mask), Segments.of(flat.row, flat.loss_mask)
     inputs = LossInputs(torch.from_numpy(flat.token_id), torch.from_numpy(flat.logp_behavior),
                         torch.from_numpy(flat.advantage))
-    attr, t_attr = None, time.perf_counter()
-    if ctx.cfg.attribution and not ctx.dist.fsdp:
-        attr = seed_attribution(
-            ctx.policy, ctx.snapshot.params, g.batches, g.pre, flat.loss_mask,
-            inputs.logp_behavior, seed=seed, optimizer=ctx.cfg.optimizer,
-            lr=math.nan if ctx.cfg.lr == "auto" else ctx.cfg.lr,  # columns() gets each lr
-            sample_size=ctx.cfg.attribution_sample, thresholds=ctx.cfg.thresholds,
-            temperature=ctx.pass_cfg.temperature, chunk_tokens=ctx.pass_cfg.chunk_tokens,
-            dist=ctx.dist)
+    t_attr = time.perf_counter()
+    if (attr := _attribution(ctx, seed, g, inputs)) is not None:
         timings["attribution_setup_s"] = time.perf_counter() - t_attr
     parts, steps = [], {}
     if ctx.models.next_policy is not None:
         t1 = time.perf_counter()
         cols = actual_columns(ctx.policy, ctx.models.next_policy, ctx.snapshot.params,
                               g.batches, g.pre, ctx.pass_cfg, ctx.behaviour, g.mu_hidden, attr)
-        parts.append(updates_part(flat, seed, ACTUAL, ctx.trainer_mask.keep(g.pre.stats, seqs),
-                                  cols))
+        keep = ctx.trainer_mask.keep(g.pre.stats, seqs)  # type: ignore[union-attr]
+        parts.append(updates_part(flat, seed, ACTUAL, keep, cols))
         timings[f"update_{ACTUAL}_s"] = time.perf_counter() - t1
         tick(n)
     for name, mask in ctx.update_masks.items():
         t1, info = time.perf_counter(), StepInfo()
-        keep = mask.keep(g.pre.stats, seqs)
         cols = _simulate(ctx, mask.weight(g.pre.stats, seqs), g.pre, g.batches, inputs,
                          loss_mask, g.mu_hidden, attr, info)
-        parts.append(updates_part(flat, seed, name, keep, cols))
+        parts.append(updates_part(flat, seed, name, mask.keep(g.pre.stats, seqs), cols))
         timings[f"update_{name}_s"] = time.perf_counter() - t1
         steps[name] = {"lr": info.lr, "step_norm": info.step_norm}
         tick(n)
@@ -246,7 +204,7 @@ def _replay_group(ctx: Context, seed: int, rows: np.ndarray, tick: Callable[[int
     return g.tokens, parts, rec.group_record(flat, g.pre, g.samples, timings, info)
 
 
-def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
+def replay_seed(ctx: ReplayContext, seed: int, tick: Callable[[int], None]) -> rec.SeedRecord:
     """Replay one seed (step group by step group) and write its parts and done marker;
     returns the marker record."""
     t0 = time.perf_counter()
@@ -259,9 +217,9 @@ def replay_seed(ctx: Context, seed: int, tick: Callable[[int], None]) -> dict:
         records.append(record)
     write_table_atomic(ctx.layout.tokens_part(seed, ctx.dist.rank), pa.concat_tables(tokens))
     write_table_atomic(ctx.layout.updates_part(seed, ctx.dist.rank), pa.concat_tables(updates))
-    record = rec.merge_groups(seed, records)
-    record["timings"]["total_s"] = time.perf_counter() - t0
-    return finish_seed(ctx.layout, ctx.dist, seed, record, ctx.cfg.device)
+    record = rec.merge_groups(seed, records).timed(time.perf_counter() - t0)
+    return rec.SeedRecord.from_json(
+        finish_seed(ctx.layout, ctx.dist, seed, record.to_json(), ctx.cfg.device))
 
 
 def run_summary(layout: mf.RunLayout, seeds: list[int], doc: dict) -> list[dict]:
@@ -282,57 +240,61 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], doc: dict) -> list[dict]
 
 def _inputs_and_layout(cfg: ReplayConfig, steps: list[int | None]
                        ) -> tuple[dict, mf.RunLayout]:
-    hashes = input_hashes(cfg, steps)
+    hashes = {**input_hashes(cfg, steps), **mf.mask_module_hashes(cfg.mask_modules)}
     return hashes, _check_run_dir(cfg, hashes)
 
 
-def _start(cfg: ReplayConfig, dist: Dist = LOCAL) -> tuple[Context, dict]:
+def _start(cfg: ReplayConfig, threads: dict, grad_reduce: GradReduce | None,
+           dist: Dist = LOCAL) -> tuple[ReplayContext, mf.Manifest]:
     t0 = time.perf_counter()
     meta, index, plan, first, steps = load_run_inputs(cfg, dist)
     load_s = time.perf_counter() - t0
     hashes, layout = dist.from_main(lambda: _inputs_and_layout(cfg, steps))  # rank 0 hashes
-    doc = {"kind": "pdm_replay.replay", "status": "running", "config": cfg.to_json(),
-           "versions": mf.package_versions(), "hashes": hashes, "device": device_info(cfg.device),
-           "log_meta": asdict(meta), "log_rows": index.n_rows,
-           "warnings": run_warnings(cfg, meta, plan, templated(cfg)), "started_at": _now(),
-           "timings": {"load_s": load_s, "hash_s": time.perf_counter() - t0 - load_s},
-           **plan_doc(cfg, plan, first)}
+    hash_s = time.perf_counter() - t0 - load_s
     temperature = 1.0 if meta.temperature is None else meta.temperature
     # Measured after the snapshot; the smallest over ranks, so every rank chunks alike.
     chunk = cfg.chunk_tokens or dist.min_int(auto_chunk_tokens(
         cfg.device, first.policy.vocab_size, first.snapshot.params, cfg.optimizer))
-    doc.update(chunk_tokens=chunk, distributed=dist.describe())
+    warnings = run_warnings(cfg, meta, plan, templated(cfg))
     if cfg.fsdp and not dist.fsdp:
-        doc["warnings"].append("--fsdp without torchrun (one process): nothing to shard")
+        warnings.append("--fsdp without torchrun (one process): nothing to shard")
+    doc = mf.Manifest.started(
+        config=cfg.to_json(), versions=mf.package_versions(), hashes=hashes,
+        device=device_info(cfg.device), log_meta=asdict(meta), log_rows=index.n_rows,
+        warnings=tuple(warnings), started_at=_now(),
+        timings={"load_s": load_s, "hash_s": hash_s}, chunk_tokens=chunk,
+        distributed=dist.describe(), threads=threads, **plan_doc(cfg, plan, first))
     trainer = (trainer_variant(cfg.trainer_mask, cfg.sweep).build(cfg.thresholds)
                if cfg.trainer_mask else None)
-    ctx = Context(cfg=cfg, meta=meta, index=index, plan=plan, layout=layout,
-                  record_masks=build_variants(cfg.masks, cfg.thresholds, cfg.sweep),
-                  update_masks=build_variants(cfg.update_masks, cfg.thresholds, cfg.sweep),
-                  models=first, per_step=templated(cfg), trainer_mask=trainer, dist=dist,
-                  pass_cfg=PassConfig(temperature=temperature, chunk_tokens=chunk,
-                                      lockstep=dist.fsdp))
+    ctx = ReplayContext(
+        cfg=cfg, meta=meta, index=index, plan=plan, layout=layout,
+        record_masks=build_variants(cfg.masks, cfg.thresholds, cfg.sweep),
+        update_masks=build_variants(cfg.update_masks, cfg.thresholds, cfg.sweep),
+        slot=ModelSlot(cfg, meta, first, templated(cfg), dist), trainer_mask=trainer,
+        grad_reduce=grad_reduce or dist.grad_reduce(), dist=dist,
+        pass_cfg=PassConfig(temperature=temperature, chunk_tokens=chunk, lockstep=dist.fsdp))
     return ctx, doc
 
 
-def _finish(ctx: Context, doc: dict, finished: set[int], t0: float) -> ReplayResult:
+def _finish(ctx: ReplayContext, doc: mf.Manifest, finished: set[int], t0: float
+            ) -> ReplayResult:
     """Rank 0 pools every seed's parts into the summary and completes the manifest."""
     cfg, layout = ctx.cfg, ctx.layout
     seeds = list(range(cfg.seeds))
-    records = [layout.read_done(s) for s in seeds]
-    summary = run_summary(layout, seeds, doc)
-    doc["timings"].update(seeds_s=time.perf_counter() - t0,
-                          per_seed={str(r["seed"]): r["timings"] for r in records})
-    doc.update(status="complete", finished_at=_now(), seeds_resumed=sorted(finished),
-               recompute_deviation=rec.pool([r["deviation"] for r in records]),
-               tokens=sum(r["tokens"] for r in records),
-               update_steps=rec.updates_by_seed(records),
-               behavior_fidelity=rec.behavior_fidelity(
-                   records, behaviour_dtype(cfg, ctx.meta),
-                   DTYPES[behaviour_dtype(cfg, ctx.meta)]),
-               summary=summary)
-    mf.write_manifest(layout, doc)
-    return ReplayResult(run_dir=layout.root, manifest=doc, summary=summary)
+    for s in seeds:
+        doc = doc.with_seed(rec.SeedRecord.from_json(layout.read_done(s)))
+    records = list(doc.seeds)
+    summary = run_summary(layout, seeds, doc.to_json())
+    dtype = behaviour_dtype(cfg, ctx.meta)
+    doc = doc.finished(mf.Finish(
+        finished_at=_now(), seeds_resumed=tuple(sorted(finished)),
+        recompute_deviation=rec.pool([r.deviation for r in records if r.deviation]),
+        tokens=sum(r.tokens for r in records), update_steps=rec.updates_by_seed(records),
+        behavior_fidelity=rec.behavior_fidelity(records, dtype, DTYPES[dtype]),
+        summary=tuple(summary), seeds_s=time.perf_counter() - t0,
+        per_seed={str(r.seed): r.timings for r in records}))
+    mf.save(layout, doc)
+    return ReplayResult(run_dir=layout.root, state=doc, summary=summary)
 
 
 def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
@@ -365,12 +327,10 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
 
 def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
                 dist: Dist, threads: ThreadChoice) -> ReplayResult:
-    ctx, doc = _start(cfg, dist)
-    doc["threads"] = {**threads.to_json(), **wait_policy_record()}
-    ctx.grad_reduce = grad_reduce or dist.grad_reduce()
+    ctx, doc = _start(cfg, {**threads.to_json(), **wait_policy_record()}, grad_reduce, dist)
     layout, t0 = ctx.layout, time.perf_counter()
     if dist.is_main:
-        mf.write_manifest(layout, doc)
+        mf.save(layout, doc)
     finished = set(dist.broadcast(layout.finished_seeds()))
     todo = [s for s in range(cfg.seeds) if s not in finished]
     per_group = 1 + len(ctx.update_masks) + (ctx.trainer_mask is not None)
@@ -392,8 +352,6 @@ def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: Gr
             replay_seed(ctx, seed, tick)
     except BaseException as exc:
         if dist.is_main:
-            doc.update(status="failed", error=f"{type(exc).__name__}: {exc}",
-                       failed_at=_now())
-            mf.write_manifest(layout, doc)
+            mf.save(layout, doc.failed(f"{type(exc).__name__}: {exc}", _now()))
         raise
     return dist.from_main(lambda: _finish(ctx, doc, finished, t0))
