@@ -27,20 +27,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dashboard_app",),
     ("cli", "__main__", "pdm_replay"),
 )
-# Known upward edges, each to be removed by the change named beside it.
-# TODO(lead): drop once replay/run.py imports torch_threads from pdm_replay.threads
-# (run_masks re-exports it; replay/run.py is being rewritten by another helper).
-ALLOWED_UPWARD = {("pdm_replay.replay.run", "pdm_replay.run_masks")}
+# Known upward edges, each to be removed by the change named beside it (none today).
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 MATH_FORBIDDEN = ("pyarrow", "polars", "duckdb", "transformers", "streamlit", "pandas",
                   "pdm_replay.io")
 
 MAX_FUNCTION_LINES = 40  # full span: from the `def` line to the last line of the body
-# TODO(lead): remove each entry once the helper splitting it is merged.
-LONG_FUNCTIONS = {
-    ("cli/ingest.py", "ingest_command"), ("cli/masks.py", "masks"),
-    ("cli/replay.py", "replay"), ("cli/report.py", "report"),
-    ("replay/run.py", "_replay_group"), ("dashboard_app/page_scripts/estimators.py", "render"),
-}
+LONG_FUNCTIONS: set[tuple[str, str]] = set()  # exceptions, each with its reason
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:

@@ -58,8 +58,8 @@ from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
-from pdm_replay.run_masks import torch_threads
-from pdm_replay.threads import ThreadChoice, choose_threads, cpu_budget, wait_policy_record
+from pdm_replay.threads import (ThreadChoice, choose_threads, cpu_budget, torch_threads,
+                                wait_policy_record)
 
 Progress = Callable[[int, int, float], None]  # (stages done, stages total, tokens/s)
 
