@@ -28,11 +28,11 @@ import polars as pl
 import torch
 
 from pdm_replay.fixtures import write_synthetic_log
-from pdm_replay.replay.attribution import sample_dots
+from pdm_replay.replay.attribution_pass import sample_dots
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.probe import ProbedStep, probe_step
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import best_of_alternating, qwen3  # noqa: E402

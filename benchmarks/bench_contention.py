@@ -53,7 +53,7 @@ def child(variant: str, out: Path, batch_size: int) -> None:
     import torch  # after the environment is final: libgomp reads it when it loads
 
     from pdm_replay.replay.config import ReplayConfig
-    from pdm_replay.replay.run import run_replay
+    from pdm_replay.commands.replay import run_replay
     cfg = ReplayConfig(log=SAMPLE / "rollouts", checkpoint=SAMPLE / "checkpoints" / "step_8",
                        out=out,
                        seeds=1, batch_size=batch_size, lr=1e-3, attribution=False,

@@ -39,7 +39,7 @@ def _build(path: Path, tokens: int) -> None:
 def _baseline(path: str) -> float:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pdm_replay.run_masks import MASK_INPUT_COLUMNS
+    from pdm_replay.commands.masks import MASK_INPUT_COLUMNS
     start = time.perf_counter()
     for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(
             batch_size=512, columns=list(MASK_INPUT_COLUMNS)):
@@ -56,7 +56,7 @@ PAPER_MASKS = ("none", "ppo_clip", "clip_higher", "dppo_binary_kl", "dppo_topk_k
 
 
 def _run(path: str, masks: tuple[str, ...] | None) -> float:
-    from pdm_replay.run_masks import MasksConfig, run_masks
+    from pdm_replay.commands.masks import MasksConfig, run_masks
     start = time.perf_counter()
     run_masks(MasksConfig(log=Path(path), out=Path(path).with_suffix(".tokens.parquet"),
                           masks=masks))
@@ -90,7 +90,7 @@ def _cpu_seconds() -> float:
 
 def _child(fn_name: str, path: str, queue: mp.Queue) -> None:
     import pyarrow.parquet  # noqa: F401  imports stay out of both clocks
-    import pdm_replay.run_masks  # noqa: F401
+    import pdm_replay.commands.masks  # noqa: F401
     cpu = _cpu_seconds()
     seconds = globals()[fn_name](path)
     queue.put((seconds, _cpu_seconds() - cpu, peak_rss_gib()))

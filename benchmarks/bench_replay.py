@@ -43,7 +43,7 @@ from pdm_replay.replay.checkpoint import Policy, make_head
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
 from pdm_replay.replay.forward import PassConfig, forward_stats
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 
 GiB = 1024 ** 3
 

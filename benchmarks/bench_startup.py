@@ -38,7 +38,7 @@ CHILD = """
 import sys, time
 from pdm_replay.threads import apply_wait_policy
 apply_wait_policy()
-import pdm_replay.replay.run as run
+import pdm_replay.commands.replay as run
 first = run.replay_seed
 def timed(*args, **kwargs):
     if not getattr(timed, "seen", False):

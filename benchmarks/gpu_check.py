@@ -8,7 +8,7 @@ Prints, each against a baseline measured in the same run:
 1. recompute pass (decoder + chunked LM-head statistics at the logged supports, what
    every replay stage runs) vs a plain ``model(input_ids).logits`` forward over the same
    micro-batches: tokens/s, peak GPU memory, time ratio;
-2. the exact-KL pass (``--behavior-checkpoint``: the behaviour model's hidden states,
+2. the exact-KL pass (``--behavior-checkpoint``: the behavior model's hidden states,
    then both LM heads per chunk, full-vocabulary KL and Ḋ in float64) vs the recompute
    pass alone: time ratio and peak memory;
 3. a full replay (``run_replay``: pre pass + one simulated step per update mask, bf16
@@ -37,10 +37,10 @@ from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
-from pdm_replay.replay.forward import PassConfig, behaviour_hidden, forward_stats
+from pdm_replay.replay.forward import PassConfig, behavior_hidden, forward_stats
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.run import run_replay
-from pdm_replay.replay.tables import log_support
+from pdm_replay.commands.replay import run_replay
+from pdm_replay.replay.outputs import log_support
 from pdm_replay.schema import RolloutMeta
 
 GiB = 1024 ** 3
@@ -159,12 +159,12 @@ def pass_ratio(ckpt: Path, log: Path, args: argparse.Namespace) -> dict:
         for b in batches:
             policy.model(input_ids=b.input_ids.to(dev),
                          attention_mask=b.attention_mask.to(dev)).logits
-    # The same weights as the behaviour model: the cost does not depend on the values.
-    behaviour = load_policy(ckpt, dtype=args.dtype, device=args.device)
+    # The same weights as the behavior model: the cost does not depend on the values.
+    behavior = load_policy(ckpt, dtype=args.dtype, device=args.device)
 
     def exact() -> None:
-        forward_stats(policy, batches, support, cfg, behaviour,
-                      behaviour_hidden(behaviour, batches))
+        forward_stats(policy, batches, support, cfg, behavior,
+                      behavior_hidden(behavior, batches))
     t_plain, m_plain = timed(plain, args.device, args.repeats)
     t_re, m_re = timed(lambda: forward_stats(policy, batches, support, cfg), args.device,
                        args.repeats)
@@ -204,7 +204,7 @@ def report(params: int, size: Size, ratio: dict, rep: dict, smoke: bool) -> None
     print(f"plain forward : {ratio['plain_tok_s']:,.0f} tok/s, peak {gib(ratio['plain_peak_gib'])}")
     print(f"ratio recompute / plain forward: {ratio['ratio']:.2f}x "
           f"(throughput {100 / ratio['ratio']:.0f}% of the plain forward's)")
-    print(f"exact-KL pass (behaviour hidden + both heads): {ratio['exact_s']:.3f} s = "
+    print(f"exact-KL pass (behavior hidden + both heads): {ratio['exact_s']:.3f} s = "
           f"{ratio['exact_vs_recompute']:.2f}x the recompute pass, "
           f"peak {gib(ratio['exact_peak_gib'])}")
     print(f"full replay: {rep['tokens']:,} loss tokens in {rep['seeds_s']:.1f} s = "

@@ -1,6 +1,6 @@
 """Deterministic synthetic rollout/v1 logs for tests, docs and benchmarks.
 
-Behaviour logits are Gaussian with a temperature-like ``peak``; the training policy's
+Behavior logits are Gaussian with a temperature-like ``peak``; the training policy's
 logits add ``mismatch``-scaled noise, so the mismatch size is one knob. ``top_k=None``
 logs the whole vocabulary (K = n), where every top-K estimator must equal the exact value.
 
@@ -36,7 +36,7 @@ class SyntheticLogConfig:
     response_len: int = 16
     vocab_size: int = 1000
     top_k: int | None = 20  # None: whole vocabulary (K = n)
-    peak: float = 3.0  # std of behaviour logits: larger = more peaked
+    peak: float = 3.0  # std of behavior logits: larger = more peaked
     mismatch: float = 0.3  # std of the π − µ logit noise
     group_size: int = 8
     convention: str = "plus_sampled"

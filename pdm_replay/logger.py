@@ -53,7 +53,7 @@ def _session() -> str:
 class RolloutLogger:
     """Append rollout/v1 shards to ``directory``; a context manager.
 
-    ``meta`` (or ``vocab_size`` plus the keyword footer fields) describes the behaviour
+    ``meta`` (or ``vocab_size`` plus the keyword footer fields) describes the behavior
     policy; ``top_k=None`` takes K from the first logged top-K tensor. ``rank`` keeps
     shards of data-parallel ranks apart. ``rows_per_shard=0`` writes one shard per
     :meth:`log` call; a positive value buffers samples until that many are pending.
@@ -128,8 +128,8 @@ class RolloutLogger:
         return self._add(step, self._padded(step, sample_ids, fields))
 
     def _padded(self, step: int, sample_ids: Any, fields: Mapping[str, Any]) -> Any:
-        """Padded inputs (``fields`` under their rollout/v1 names) -> a ``PaddedBatch``."""
-        from pdm_replay.ingest.padded import PaddedBatch, as_numpy, lengths_from_mask
+        """Padded inputs (``fields`` under their rollout/v1 names) -> a ``PaddedRollouts``."""
+        from pdm_replay.ingest.padded import PaddedRollouts, as_numpy, lengths_from_mask
 
         arrays = {k: as_numpy(v) for k, v in fields.items() if k != "group_id"}
         resp, mask = arrays["response_ids"], arrays.pop("response_mask", None)
@@ -143,7 +143,7 @@ class RolloutLogger:
         arrays.setdefault("loss_mask", mask)  # positions masked out are not trained on
         groups = fields.get("group_id")
         b = resp.shape[0]
-        return PaddedBatch(sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
+        return PaddedRollouts(sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
                            lengths=lens, **arrays,
                            group_id=None if groups is None else [str(g) for g in _tolist(groups)])
 
@@ -204,7 +204,7 @@ class RolloutLogger:
             self.meta = replace(self.meta, top_k=k)
 
     def _add(self, step: int, rows: Any) -> int:
-        """Buffer the accepted rows of ``rows`` (a ``PaddedBatch`` or rollout/v1 table)."""
+        """Buffer the accepted rows of ``rows`` (a ``PaddedRollouts`` or rollout/v1 table)."""
         from pdm_replay.ingest.accept import accept_rows
 
         out = accept_rows(rows, self.meta, zero_padded=self.zero_padded, seen=self._seen)

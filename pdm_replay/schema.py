@@ -89,7 +89,7 @@ TOKEN_BASE_COLUMNS: tuple[Column, ...] = (
     _f64("logp_train", "log pi(k)"),
     _f64("ratio", "importance ratio r = pi_k / mu_k"),
     Column("support_size", pa.int32(), "yes", "m = |S|, S = unique(topk_ids + {k})"),
-    _f64("mu_tail", "behaviour mass outside S, clamped to [0, 1]"),
+    _f64("mu_tail", "behavior mass outside S, clamped to [0, 1]"),
     _f64("pi_tail", "training mass outside S"),
     _f64("kl_topk", "top-K KL(mu||pi), aggregated tail"),
     _f64("tv_topk", "top-K total variation"),
@@ -109,9 +109,9 @@ TOKEN_BASE_COLUMNS: tuple[Column, ...] = (
 
 TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("seed", pa.int64(), "replay", "replay seed (replay output only)"),
-    _f64("kl_exact", "full-vocabulary KL(mu||pi) (behaviour checkpoint given)", "replay"),
-    _f64("dkl_exact", "full-vocabulary dD_kl/deta (behaviour checkpoint given)", "replay"),
-    _f64("behavior_logp_gap", "reloaded log mu(k) (behaviour checkpoint) - logged "
+    _f64("kl_exact", "full-vocabulary KL(mu||pi) (behavior checkpoint given)", "replay"),
+    _f64("dkl_exact", "full-vocabulary dD_kl/deta (behavior checkpoint given)", "replay"),
+    _f64("behavior_logp_gap", "reloaded log mu(k) (behavior checkpoint) - logged "
          "logp_behavior: the exact columns' mu vs the sampled mu", "replay"),
     _f64("behavior_logp_gap_max", "max over S of |reloaded log mu - logged log mu| (k and "
          "the logged top-K entries)", "replay"),

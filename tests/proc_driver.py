@@ -54,7 +54,7 @@ def _after_nth(module: Any, name: str, n: int, act: Callable[[], None],
 
 def _install(hook: str, directory: Path) -> None:
     from pdm_replay.io import atomic
-    from pdm_replay.replay import run
+    from pdm_replay.commands import replay as run
 
     kill, hold = (lambda: _kill(directory)), (lambda: _hold(directory))
     if hook == "kill-during-seed":  # seed 1's pre pass done, nothing of it written

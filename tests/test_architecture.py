@@ -23,7 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate", "tokens", "fixtures"),
     ("ingest", "logger", "integrations"),
     ("report",),
-    ("run_masks", "replay", "loss", "sample"),
+    ("replay", "loss", "sample"),
+    ("commands",),
     ("dashboard_app",),
     ("cli", "__main__", "pdm_replay"),
 )
@@ -101,23 +102,23 @@ def test_allowed_upward_edges_still_exist() -> None:
 
 def test_checker_catches_a_violation() -> None:
     graph = {"pdm_replay.math.sums": {"pdm_replay.io.reader"},
-             "pdm_replay.report.db": {"pdm_replay.math.sums", "pdm_replay.run_masks"},
-             "pdm_replay.run_masks": {"pdm_replay.report.db"},
+             "pdm_replay.report.db": {"pdm_replay.math.sums", "pdm_replay.commands.masks"},
+             "pdm_replay.commands.masks": {"pdm_replay.report.db"},
              "pdm_replay.cli.app": {"pdm_replay.nowhere"}}
     assert layer_violations(graph, LAYERS) == [
         "pdm_replay.cli.app -> pdm_replay.nowhere (a unit with no layer)",
         "pdm_replay.math.sums -> pdm_replay.io.reader (layer 0 imports layer 3)",
-        "pdm_replay.report.db -> pdm_replay.run_masks (layer 6 imports layer 7)"]
+        "pdm_replay.report.db -> pdm_replay.commands.masks (layer 6 imports layer 8)"]
     assert layer_violations(graph, LAYERS, {("pdm_replay.report.db",
-                                             "pdm_replay.run_masks")})[2:] == []
+                                             "pdm_replay.commands.masks")})[2:] == []
 
 
 def test_graph_sees_lazy_and_relative_imports() -> None:
-    code = ("from . import padded\nfrom .tables import row_problems\n"
-            "def f():\n    from pdm_replay.run_masks import run_masks\n    import pdm_replay.io\n")
-    known = {"pdm_replay.ingest.padded", "pdm_replay.ingest.tables", "pdm_replay.run_masks"}
+    code = ("from . import padded\nfrom .ragged import row_problems\n"
+            "def f():\n    from pdm_replay.commands.masks import run_masks\n    import pdm_replay.io\n")
+    known = {"pdm_replay.ingest.padded", "pdm_replay.ingest.ragged", "pdm_replay.commands.masks"}
     assert imported_modules(ast.parse(code), "pdm_replay.ingest.driver", False, known) == {
-        "pdm_replay.ingest.padded", "pdm_replay.ingest.tables", "pdm_replay.run_masks",
+        "pdm_replay.ingest.padded", "pdm_replay.ingest.ragged", "pdm_replay.commands.masks",
         "pdm_replay.io"}
 
 

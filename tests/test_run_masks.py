@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pdm_replay.masks import MASKS, Thresholds
-from pdm_replay.run_masks import THRESHOLDS_KEY, MasksConfig, run_masks
+from pdm_replay.commands.masks import MasksConfig, run_masks
+from pdm_replay.schema import THRESHOLDS_KEY
 
 
 def test_output_matches_summary_and_footer(tmp_path: Path, small_log: Path) -> None:
@@ -81,7 +82,7 @@ def test_parallel_workers_report_the_first_problem_in_log_order(
 def test_batches_cut_to_the_token_budget_give_the_same_rows(
         tmp_path: Path, small_log: Path, small_rows: list[dict],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import pdm_replay.run_masks as rm
+    import pdm_replay.commands.masks as rm
     from pdm_replay.io.reader import read_meta
     from pdm_replay.io.rollouts import write_rollouts
     whole = tmp_path / "whole.parquet"
@@ -100,7 +101,7 @@ def test_batches_cut_to_the_token_budget_give_the_same_rows(
 def test_default_workers_follow_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import pdm_replay.run_masks as rm
+    import pdm_replay.commands.masks as rm
     import pdm_replay.threads as threads
     monkeypatch.setattr(threads, "cgroup_quota", lambda: None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
@@ -112,7 +113,7 @@ def test_default_workers_follow_the_usable_cpus(monkeypatch: pytest.MonkeyPatch)
 def test_default_workers_follow_the_cgroup_quota(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import pdm_replay.run_masks as rm
+    import pdm_replay.commands.masks as rm
     import pdm_replay.threads as threads
     # 64 CPUs in the mask but a container limit of 2.5 CPUs: two workers, not eight
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)

@@ -6,7 +6,7 @@ import pytest
 
 from pdm_replay.io.reader import read_meta
 from pdm_replay.io.rollouts import write_rollouts
-from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.validate import validate_log
 
 

@@ -17,7 +17,7 @@ from pdm_replay.masks import Thresholds
 from pdm_replay.replay.config import MASK_NAMES_HELP
 
 if TYPE_CHECKING:
-    from pdm_replay.run_masks import MasksSummary
+    from pdm_replay.commands.masks import MasksSummary
 
 
 
@@ -93,11 +93,11 @@ def masks(
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
-    logged behaviour AND training log-probs alone (no model). Writes tokens/v1 atomically.
+    logged behavior AND training log-probs alone (no model). Writes tokens/v1 atomically.
     """
     # Imported when the command runs: torch and the readers are not needed for --help.
     from pdm_replay.io.reader import count_rows
-    from pdm_replay.run_masks import MasksConfig, run_masks
+    from pdm_replay.commands.masks import MasksConfig, run_masks
     try:
         load_mask_modules(mask_module)
         cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),

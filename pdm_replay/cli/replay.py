@@ -22,7 +22,7 @@ from pdm_replay.replay.sweep import Sweep, parse_values
 
 if TYPE_CHECKING:
     from pdm_replay.replay.distributed import Dist
-    from pdm_replay.replay.run import ReplayResult
+    from pdm_replay.commands.replay import ReplayResult
 
 
 DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
@@ -176,7 +176,7 @@ def config_from_options(options: dict) -> ReplayConfig:
 
 def _run(cfg: ReplayConfig, dist: Dist) -> ReplayResult:
     """Run the replay; rank 0 alone shows the progress bar."""
-    from pdm_replay.replay.run import run_replay
+    from pdm_replay.commands.replay import run_replay
     if not dist.is_main:
         return run_replay(cfg, dist=dist)
     with progress_bar("replay", None, "stages") as bar:

@@ -111,7 +111,7 @@ def report(
 def sql(
     run: Path = typer.Argument(..., help=RUN_HELP),
     query: str = typer.Argument(..., help="SQL over the views: tokens, updates, "
-                                "out_of_region, disagreements, alignment_by_seed, seed_wins, "
+                                "out_of_region, disagreements, alignment_by_seed, seed_rates, "
                                 "sign_accuracy, estimator_accuracy, mask_summary, log_health, "
                                 "settings, masks, mask_pairs, comparisons, bases, "
                                 "cluster_counts, realized, ..."),

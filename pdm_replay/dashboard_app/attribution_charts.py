@@ -29,7 +29,7 @@ STAGE_COLOURS = alt.Scale(
 
 
 def stage_shares(split: pl.DataFrame, *, with_self: bool) -> pl.DataFrame:
-    """Long form of :func:`~pdm_replay.report.attribution.attribution_split`: one row per
+    """Long form of :func:`~pdm_replay.report.attribution_report.attribution_split`: one row per
     (scope, predictor, stage) with the stage's share of the predictor's errors (those with a
     self term when ``with_self``, else all errors, with geometry + interference merged)."""
     stages = SELF_STAGES if with_self else LINEAR_STAGES

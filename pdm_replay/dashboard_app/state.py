@@ -27,7 +27,7 @@ from pdm_replay.dashboard_app.text import LoadedTokenizer, load_tokenizer, token
 from pdm_replay.report.dashboard_api import RunStatus, connect_dashboard
 from pdm_replay.masks import load_mask_module
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
-from pdm_replay.report.run import RunInfo
+from pdm_replay.report.run_info import RunInfo
 
 ERRORS = (OSError, ValueError, duckdb.Error)
 START_HINT = ("Start the dashboard with `pdm-replay dashboard RUN_DIR`, where RUN_DIR is the "

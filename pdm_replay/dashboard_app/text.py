@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from pdm_replay.io.reader import read_meta
-from pdm_replay.report.run import RunInfo
+from pdm_replay.report.run_info import RunInfo
 
 MARK_STYLE = ("background:#ffd54f;color:#000;border-radius:3px;padding:0 2px;"
               "outline:2px solid #e65100")
@@ -79,7 +79,7 @@ def tokenizer_candidates(info: RunInfo, explicit: str | None = None) -> list[tup
     """``(origin, name or path)`` pairs to try, best first.
 
     >>> from pdm_replay.report.synthetic import example_run
-    >>> from pdm_replay.report.run import discover_run
+    >>> from pdm_replay.report.run_info import discover_run
     >>> tokenizer_candidates(discover_run(example_run()), "gpt2")
     [('--tokenizer', 'gpt2')]
     """

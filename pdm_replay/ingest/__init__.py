@@ -12,7 +12,7 @@ from typing import Any
 
 # Each public name and its module, imported on first use (the driver pulls in the
 # validator and torch; `pdm-replay ingest --help` needs only the format registry).
-_HOME = {"FORMATS": "formats", "IngestConfig": "driver", "IngestError": "records",
+_HOME = {"FORMATS": "formats", "IngestConfig": "driver", "IngestError": "parsing",
          "IngestSummary": "driver", "footer_warnings": "driver", "ingest": "driver"}
 __all__ = sorted(_HOME)
 

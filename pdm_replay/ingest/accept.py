@@ -1,11 +1,11 @@
 """Which rollout rows are accepted: the one pipeline of ``ingest`` and ``RolloutLogger``.
 
-Rows arrive padded (a :class:`~pdm_replay.ingest.padded.PaddedBatch`) or ragged (a
-rollout/v1-typed Arrow table, padded by :func:`~pdm_replay.ingest.tables.table_to_padded`,
+Rows arrive padded (a :class:`~pdm_replay.ingest.padded.PaddedRollouts`) or ragged (a
+rollout/v1-typed Arrow table, padded by :func:`~pdm_replay.ingest.ragged.table_to_padded`,
 which names samples whose per-token lists disagree in length). Both then go through the
 padding rule (:func:`~pdm_replay.ingest.padded.padded_to_table`: shape checks, top-K slot
 padding, conflicting log-probs of one id), are cast to rollout/v1, and the rows still
-standing get ``validate``'s checks (:func:`~pdm_replay.ingest.tables.row_problems`:
+standing get ``validate``'s checks (:func:`~pdm_replay.ingest.ragged.row_problems`:
 sample ids used before, non-finite values, ids outside the vocabulary, top-K rows wider
 than ``max_topk``). A row keeps its first reason: structural, then padding, then checks.
 
@@ -13,7 +13,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from pdm_replay.schema import RolloutMeta
->>> b = PaddedBatch(sample_id=["a", "b"], step=np.array([0, 0]),
+>>> b = PaddedRollouts(sample_id=["a", "b"], step=np.array([0, 0]),
 ...                 response_ids=np.array([[3, 4], [3, 99]]), lengths=np.array([2, 2]),
 ...                 advantages=np.array([1.0, 1.0]),
 ...                 behavior_logprobs=np.array([[-0.1, -0.2], [-0.1, -0.2]]))
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pdm_replay.ingest.padded import PaddedBatch, padded_to_table
-from pdm_replay.ingest.tables import row_problems, table_to_padded
+from pdm_replay.ingest.padded import PaddedRollouts, padded_to_table
+from pdm_replay.ingest.ragged import row_problems, table_to_padded
 from pdm_replay.io.rollouts import rows_to_table
 from pdm_replay.schema import RolloutMeta
 
@@ -44,7 +44,7 @@ class Accepted:
     problems: dict[int, str]  # input row -> reason, for every rejected row
 
 
-def accept_rows(rows: PaddedBatch | pa.Table, meta: RolloutMeta, *, zero_padded: bool,
+def accept_rows(rows: PaddedRollouts | pa.Table, meta: RolloutMeta, *, zero_padded: bool,
                 seen: set[str], max_topk: int | None = None) -> Accepted:
     """Accept or reject each row of ``rows`` (a padded batch or rollout/v1-typed table).
 
@@ -53,7 +53,7 @@ def accept_rows(rows: PaddedBatch | pa.Table, meta: RolloutMeta, *, zero_padded:
     those of the rows checked here; ``max_topk`` bounds the entries of a top-K row
     (None: no bound). ``padded_to_table`` raises ``ValueError`` on shapes that do not fit.
     """
-    if isinstance(rows, PaddedBatch):
+    if isinstance(rows, PaddedRollouts):
         batch, structural = rows, {}
     else:
         batch, structural = table_to_padded(rows)

@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pdm_replay.errors import reading
-from pdm_replay.ingest.records import (IngestError, Location, Reject, Rows, json_rows,
+from pdm_replay.ingest.parsing import (IngestError, Location, Reject, Rows, json_rows,
                                        sampling_of)
 from pdm_replay.io.reader import open_parquet
 from pdm_replay.schema import ROLLOUT_V1

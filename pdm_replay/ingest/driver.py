@@ -36,8 +36,8 @@ import pyarrow.compute as pc
 from pdm_replay.ingest.columns import load_mapping
 from pdm_replay.ingest.formats import FORMATS, ParseContext, expand_inputs
 from pdm_replay.ingest.accept import accept_rows
-from pdm_replay.ingest.padded import PaddedBatch, topk_widths
-from pdm_replay.ingest.records import IngestError, Location, Reject, Rows
+from pdm_replay.ingest.padded import PaddedRollouts, topk_widths
+from pdm_replay.ingest.parsing import IngestError, Location, Reject, Rows
 from pdm_replay.ingest.tokenizer import TokenMapper, resolve_vocab_size
 from pdm_replay.io.atomic import AtomicParquetWriter, temp_path_for
 from pdm_replay.io.reader import open_parquet
@@ -156,7 +156,7 @@ def _typed_rows(item: Rows, meta: RolloutMeta) -> tuple[pa.Table, list[int], dic
 def _accepted(run: _Run, item: Rows, meta: RolloutMeta
               ) -> tuple[pa.Table, list[Location], list[Reject]]:
     """The accepted rows of ``item`` (:func:`accept_rows`), their locations, the rejects."""
-    if isinstance(item.rows, PaddedBatch):
+    if isinstance(item.rows, PaddedRollouts):
         rows, where, rejects = item.rows, item.where, []
     else:
         rows, kept, bad = _typed_rows(item, meta)
@@ -209,7 +209,7 @@ def _final_meta(cfg: IngestConfig, run: _Run) -> RolloutMeta:
 
 
 def footer_warnings(meta: RolloutMeta, max_k: int) -> list[str]:
-    """Warnings about what the footer says of the behaviour policy (SPEC §1)."""
+    """Warnings about what the footer says of the behavior policy (SPEC §1)."""
     out = []
     if meta.truncated_sampler:
         how = f"top_p={meta.top_p}, top_k={meta.top_k_sampling}"

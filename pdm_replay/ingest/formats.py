@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from pdm_replay.ingest import columns, openai, sglang, verl, vllm
-from pdm_replay.ingest.records import IngestError, Reject, Rows
+from pdm_replay.ingest.parsing import IngestError, Reject, Rows
 from pdm_replay.ingest.tokenizer import TokenMapper
 
 

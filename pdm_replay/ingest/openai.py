@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pdm_replay.ingest.records import (IngestError, Reject, Rows, json_rows, per_sample,
+from pdm_replay.ingest.parsing import (IngestError, Reject, Rows, json_rows, per_sample,
                                        sample_fields, sampling_of, sort_topk)
 from pdm_replay.ingest.tokenizer import TokenMapper
 

@@ -27,7 +27,7 @@ that slot.
 Examples
 --------
 >>> import numpy as np
->>> b = PaddedBatch(sample_id=["a"], step=np.array([0]), response_ids=np.array([[0, 4, 9]]),
+>>> b = PaddedRollouts(sample_id=["a"], step=np.array([0]), response_ids=np.array([[0, 4, 9]]),
 ...                 lengths=np.array([2]), advantages=np.array([1.0]),
 ...                 behavior_logprobs=np.array([[-0.5, -0.2, 0.0]]),
 ...                 topk_ids=np.array([[[0, 3, 0], [4, 0, 0], [0, 0, 0]]]),
@@ -53,7 +53,7 @@ PER_SLOT = ("topk_logprobs", "topk_valid", "train_topk_logprobs")
 
 
 @dataclass
-class PaddedBatch:
+class PaddedRollouts:
     """B samples of one trainer batch as padded numpy arrays (see the module docstring)."""
 
     sample_id: Sequence[str]  # (B,)
@@ -81,7 +81,7 @@ class PaddedBatch:
         return np.asarray(self.present.get(name, default), dtype=bool)
 
 
-def check_shapes(batch: PaddedBatch, names: Mapping[str, str] | None = None) -> None:
+def check_shapes(batch: PaddedRollouts, names: Mapping[str, str] | None = None) -> None:
     """Raise ``ValueError`` naming the first array whose shape does not fit the batch.
 
     ``names`` maps field names to the names the caller's input uses, for the message.
@@ -194,7 +194,7 @@ class _Layout:
                                         mask=mask)
 
 
-def _topk_columns(batch: PaddedBatch, lay: _Layout, zero_padded: bool
+def _topk_columns(batch: PaddedRollouts, lay: _Layout, zero_padded: bool
                   ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """Compacted top-K columns (padding rule), the slot ids (N, K) and conflicts (N, K)."""
     n, every = len(lay.b), np.ones(len(lay.lengths), dtype=bool)
@@ -231,7 +231,7 @@ def _conflict_problems(lay: _Layout, ids: np.ndarray, conflict: np.ndarray
     return problems
 
 
-def _optional_columns(batch: PaddedBatch, lay: _Layout) -> dict[str, Any]:
+def _optional_columns(batch: PaddedRollouts, lay: _Layout) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name, typ, dtype in (("loss_mask", pa.bool_(), bool),
                              ("train_logprobs", pa.float32(), np.float32)):
@@ -253,7 +253,7 @@ def _optional_columns(batch: PaddedBatch, lay: _Layout) -> dict[str, Any]:
     return cols
 
 
-def padded_to_table(batch: PaddedBatch, zero_padded: bool = True
+def padded_to_table(batch: PaddedRollouts, zero_padded: bool = True
                     ) -> tuple[pa.Table, dict[int, str]]:
     """All B samples as rollout/v1 columns, and ``{row: reason}`` for samples to reject.
 

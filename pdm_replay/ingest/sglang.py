@@ -49,7 +49,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from pdm_replay.ingest.records import (NOTES, IngestError, Reject, Rows, json_rows,
+from pdm_replay.ingest.parsing import (NOTES, IngestError, Reject, Rows, json_rows,
                                        sample_fields)
 
 CONVENTION = "plus_sampled"

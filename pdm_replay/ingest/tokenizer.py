@@ -26,7 +26,7 @@ Examples
 >>> TokenMapper(None).to_id("hello")
 Traceback (most recent call last):
 ...
-pdm_replay.ingest.records.IngestError: token string 'hello' needs a tokenizer: pass --tokenizer PATH, or serve with return_tokens_as_token_ids=true
+pdm_replay.ingest.parsing.IngestError: token string 'hello' needs a tokenizer: pass --tokenizer PATH, or serve with return_tokens_as_token_ids=true
 >>> BYTE_DECODER["é"], BYTE_DECODER["Ã"], BYTE_DECODER["Ġ"]
 (233, 195, 32)
 """
@@ -38,7 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from pdm_replay.ingest.records import IngestError
+from pdm_replay.ingest.parsing import IngestError
 
 TOKEN_ID_PREFIX = "token_id:"
 REPLACEMENT = "\ufffd"

@@ -61,9 +61,9 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from pdm_replay.ingest.padded import (PaddedBatch, as_numpy, check_shapes, lengths_from_mask,
+from pdm_replay.ingest.padded import (PaddedRollouts, as_numpy, check_shapes, lengths_from_mask,
                                       mapping_get)
-from pdm_replay.ingest.records import IngestError, Location, Reject, Rows
+from pdm_replay.ingest.parsing import IngestError, Location, Reject, Rows
 
 CONVENTION = "replace_last"
 LOGPROBS_MODE = "processed"
@@ -173,8 +173,8 @@ def _reward(data: Mapping, lengths: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def padded_from_verl(data: Mapping, step: int, id_prefix: str) -> PaddedBatch:
-    """A :class:`PaddedBatch` from verl batch keys (tensors or arrays; table above).
+def padded_from_verl(data: Mapping, step: int, id_prefix: str) -> PaddedRollouts:
+    """A :class:`PaddedRollouts` from verl batch keys (tensors or arrays; table above).
 
     Raises ``ValueError`` naming the key when a required key is missing or a shape is off.
     """
@@ -194,7 +194,7 @@ def padded_from_verl(data: Mapping, step: int, id_prefix: str) -> PaddedBatch:
         return None if data.get(name) is None else as_numpy(data[name])
     ids = data.get("sample_id")
     step_value = mapping_get(data, "global_steps", "step")
-    return PaddedBatch(
+    return PaddedRollouts(
         sample_id=(_strings("sample_id", ids) if ids is not None
                    else [f"{id_prefix}#{i}" for i in range(b)]),
         step=np.full(b, int(as_numpy(step_value)) if step_value is not None else step),

@@ -15,7 +15,7 @@ source): ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` /
 or vLLM importance sampling is on), ``tool_mask`` in multi-turn runs, and
 ``sampling_per_token_logps`` only with vLLM. So the two modes log differently:
 
-- **without vLLM** the behaviour policy µ is the generating model itself: one extra
+- **without vLLM** the behavior policy µ is the generating model itself: one extra
   no-grad forward over prompt + completion (position ids from the attention mask, as
   ``generate`` builds them; logits divided by ``args.temperature`` in float32) gives
   log µ of the sampled token and of the exact top-``rollout_top_k`` tokens, written
@@ -105,7 +105,7 @@ class RolloutLoggingGRPOTrainer(GRPOTrainer):
         config = self.accelerator.unwrap_model(self.model).config
         if self.args.min_p or self.args.repetition_penalty != 1.0:
             warnings.warn("min_p / repetition_penalty change the sampler: the logged "
-                          "behaviour log-probs are the temperature-scaled model's, not the "
+                          "behavior log-probs are the temperature-scaled model's, not the "
                           "sampler's", stacklevel=2)
         self.rollout_logger = RolloutLogger(
             rollout_dir, vocab_size=int(config.get_text_config().vocab_size),

@@ -42,9 +42,9 @@ def dkl_local(pair: Pair) -> Tensor:
     return s.pi.p_k - s.mu.p_k
 
 
-def _one_minus_pi_k(logp_pi_k: Tensor) -> Tensor:
+def _one_minus_pi_k(logp_train: Tensor) -> Tensor:
     """``1 − π_k`` (N,) from log π_k: keeps its digits when π_k → 1 (``1 − exp`` would not)."""
-    return -torch.expm1(logp_pi_k.double())
+    return -torch.expm1(logp_train.double())
 
 
 def dkl_head(pair: Pair) -> Tensor:
@@ -127,6 +127,6 @@ def dtv_uniform(pair: Pair, vocab_size: int) -> Tensor:
     return _tv_tail_atoms(pair, _unseen(pair, vocab_size))
 
 
-def ratio_slope(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
+def ratio_slope(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
     """``r − 1`` (N,): the ratio direction's slope; ``sign(Â)·(r−1) > 0`` means away."""
-    return torch.expm1(logp_pi_k.double() - logp_mu_k.double())
+    return torch.expm1(logp_train.double() - logp_behavior.double())

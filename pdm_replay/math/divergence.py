@@ -32,19 +32,19 @@ def tv_topk(pair: Pair) -> Tensor:
     return 0.5 * (s.tv_head + (s.mu.tail - s.pi.tail).abs())
 
 
-def kl_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
+def kl_binary(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
     """KL over the two atoms ``{k, rest}`` from log µ_k, log π_k ``(N,)``."""
-    mu_k = torch.exp(logp_mu_k.double()).clamp(max=1.0)
+    mu_k = torch.exp(logp_behavior.double()).clamp(max=1.0)
     # 1 − µ_k from log space, as kl_topk's tail: exact as µ_k → 1, and kl_binary equals
     # kl_topk bit for bit on a support S = {k}
-    log_rest = log1mexp(logp_mu_k.double())
-    rest = kl_terms(torch.exp(log_rest), log_rest, log1mexp(logp_pi_k.double()))
-    return kl_terms(mu_k, logp_mu_k.double(), logp_pi_k.double()) + rest
+    log_rest = log1mexp(logp_behavior.double())
+    rest = kl_terms(torch.exp(log_rest), log_rest, log1mexp(logp_train.double()))
+    return kl_terms(mu_k, logp_behavior.double(), logp_train.double()) + rest
 
 
-def tv_binary(logp_mu_k: Tensor, logp_pi_k: Tensor) -> Tensor:
+def tv_binary(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
     """``|µ_k − π_k|``, (N,)."""
-    return (torch.exp(logp_mu_k.double()) - torch.exp(logp_pi_k.double())).abs()
+    return (torch.exp(logp_behavior.double()) - torch.exp(logp_train.double())).abs()
 
 
 def kl_exact(logp_mu: Tensor, logp_pi: Tensor) -> Tensor:

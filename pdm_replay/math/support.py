@@ -184,7 +184,7 @@ def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
 
 @dataclass(frozen=True)
 class ReducedPair:
-    """Behaviour µ and training π on one support; ``m`` is |S|, ``overflow`` flags µ mass > 1."""
+    """Behavior µ and training π on one support; ``m`` is |S|, ``overflow`` flags µ mass > 1."""
 
     support: Support
     mu: Reduced

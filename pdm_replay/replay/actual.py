@@ -4,7 +4,7 @@ Nothing is simulated: π_post at every logged support comes from the trainer's c
 after its real step on this data, θ_{t+1}, with one more pass over the seed's micro-batches
 (the same :func:`~pdm_replay.replay.forward.forward_stats` as the pre pass, so the
 ``actual`` columns mean what every simulated update's do, exact ones included when a
-behaviour checkpoint is given). ``kept`` is the decision of the mask the trainer used
+behavior checkpoint is given). ``kept`` is the decision of the mask the trainer used
 (``--trainer-mask``) on θ's statistics.
 
 Attribution along the real step: ``delta_kl_lin = ⟨∇_θ D_t(θ), θ_{t+1} − θ_t⟩`` (one
@@ -22,11 +22,11 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
-from pdm_replay.replay.attribution import SeedAttribution
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.attribution_pass import SeedAttribution
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.forward import PassConfig, forward_stats
-from pdm_replay.replay.tables import PreUpdate, post_columns
+from pdm_replay.replay.outputs import PreUpdate, post_columns
 
 ACTUAL = "actual"  # updates/v1 update_mask of the trainer's real step
 
@@ -73,13 +73,13 @@ def actual_norm(policy: Policy, next_policy: Policy) -> float:
 
 
 def actual_columns(policy: Policy, next_policy: Policy, params: list[nn.Parameter],
-                   batches: list[PaddedBatch], pre: PreUpdate, cfg: PassConfig,
-                   behaviour: Policy | None = None, mu_hidden: list[Tensor] | None = None,
+                   batches: list[MicroBatch], pre: PreUpdate, cfg: PassConfig,
+                   behavior: Policy | None = None, mu_hidden: list[Tensor] | None = None,
                    attr: SeedAttribution | None = None) -> dict[str, Tensor | pa.Array]:
     """updates/v1 value columns ``(N,)`` of the actual update: one pass of θ_{t+1} over
     ``batches`` at ``pre``'s supports; with ``attr`` the linear term along θ_{t+1} − θ_t
     (``params``: the snapshot's, in its order)."""
-    post = forward_stats(next_policy, batches, pre.support, cfg, behaviour, mu_hidden)
+    post = forward_stats(next_policy, batches, pre.support, cfg, behavior, mu_hidden)
     cols = post_columns(pre, post)
     if attr is not None:
         lin = attr.linear(actual_delta(policy, next_policy, params))

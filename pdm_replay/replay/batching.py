@@ -28,7 +28,7 @@ from torch import Tensor
 
 
 @dataclass(frozen=True)
-class PaddedBatch:
+class MicroBatch:
     """B right-padded sequences of length L and the N_b response positions they predict."""
 
     input_ids: Tensor  # (B, L) int64, 0 at padding
@@ -42,7 +42,7 @@ class PaddedBatch:
 
 
 def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
-              ) -> PaddedBatch:
+              ) -> MicroBatch:
     """Right-pad ``prompt + response`` for each sample (every prompt must be non-empty)."""
     seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
     width = max((len(s) for s in seqs), default=0)
@@ -58,12 +58,12 @@ def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
         targets.append(b * width + len(p) - 1 + torch.arange(len(r)))
     pos = torch.arange(width).expand(len(seqs), width).contiguous()
     index = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
-    return PaddedBatch(input_ids=ids, attention_mask=mask, position_ids=pos,
+    return MicroBatch(input_ids=ids, attention_mask=mask, position_ids=pos,
                        target_index=index.long())
 
 
 def micro_batches(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                  size: int) -> list[PaddedBatch]:
+                  size: int) -> list[MicroBatch]:
     """Consecutive groups of ``size`` samples, each padded on its own.
 
     Concatenating the batches' response positions gives the samples' tokens in order.

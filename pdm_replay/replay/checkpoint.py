@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from pdm_replay.schema import RolloutMeta
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.config import DTYPES as DTYPE_NAMES
 
 Head = Callable[[Tensor], Tensor]
@@ -148,7 +148,7 @@ class Policy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def hidden(self, batch: PaddedBatch) -> Tensor:
+    def hidden(self, batch: MicroBatch) -> Tensor:
         """Hidden states predicting every response token of ``batch``: ``(N_b, H)``."""
         dev = self.device
         out = self.model.get_decoder()(

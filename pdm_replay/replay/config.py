@@ -71,7 +71,7 @@ class ReplayConfig:
                     "this replay writes it: a second replay on it fails at once, naming this "
                     "one's PID.")
     behavior_checkpoint: Path | None = opt(None, help=(
-        "Behaviour-policy checkpoint: adds exact full-vocabulary kl_exact / dkl_exact columns "
+        "Behavior-policy checkpoint: adds exact full-vocabulary kl_exact / dkl_exact columns "
         "and the reloaded-vs-logged µ gaps behavior_logp_gap(_max)." + TEMPLATE_TOO))
     # The trainer's checkpoint after its real step on this data: the `actual` update.
     next_checkpoint: Path | None = opt(None, help=(
@@ -107,10 +107,10 @@ class ReplayConfig:
     device: str = opt("cpu", help="torch device, e.g. cpu, cuda:0.")
     dtype: str = opt("float32", choices=DTYPES,
                      help="Weight dtype; statistics are float32/float64 regardless.")
-    # The behaviour model's dtype for exact µ: the engine's precision, so exact µ is the
+    # The behavior model's dtype for exact µ: the engine's precision, so exact µ is the
     # distribution actually sampled from. None: the log's footer `behavior_dtype`, else dtype.
     behavior_dtype: str | None = opt(None, choices=DTYPES, help=(
-        "dtype of the behaviour model for exact µ: the rollout engine's precision. Default: "
+        "dtype of the behavior model for exact µ: the rollout engine's precision. Default: "
         "the log's footer `behavior_dtype`, else --dtype."))
     chunk_tokens: int | None = opt(None, min=1, help=(  # None: from free memory (replay.gpu)
         f"Tokens per LM-head chunk C: bounds logits memory to about {CHUNK_MEMORY}. "

@@ -67,8 +67,8 @@ class ReplayContext:
         return self.models.policy
 
     @property
-    def behaviour(self) -> Policy | None:
-        return self.models.behaviour
+    def behavior(self) -> Policy | None:
+        return self.models.behavior
 
     @property
     def snapshot(self) -> ParamSnapshot:

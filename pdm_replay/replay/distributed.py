@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.data import SeedBatch
 from pdm_replay.replay.gpu import peak_memory
 from pdm_replay.replay.manifest import RunLayout
-from pdm_replay.replay.records import STAT_KEYS, merge
+from pdm_replay.replay.seed_records import STAT_KEYS, merge
 from pdm_replay.replay.step import GradReduce
 
 T = TypeVar("T")
@@ -266,15 +266,15 @@ def shard_seed_batch(sb: SeedBatch, dist: Dist) -> SeedBatch:
                      sample_ids=sb.sample_ids[lo:hi])
 
 
-def empty_batch() -> PaddedBatch:
+def empty_batch() -> MicroBatch:
     """A one-token sequence predicting nothing: a forward that only runs the collectives."""
     one = torch.ones(1, 1, dtype=torch.long)
-    return PaddedBatch(input_ids=torch.zeros_like(one), attention_mask=one,
+    return MicroBatch(input_ids=torch.zeros_like(one), attention_mask=one,
                        position_ids=torch.zeros_like(one),
                        target_index=torch.zeros(0, dtype=torch.long))
 
 
-def lockstep(batches: list[PaddedBatch], dist: Dist) -> list[PaddedBatch]:
+def lockstep(batches: list[MicroBatch], dist: Dist) -> list[MicroBatch]:
     """Pad every rank to the same number of micro-batches under FSDP, whose every forward
     and backward is a collective (all-gather, reduce-scatter) that all ranks must join."""
     if not dist.fsdp:

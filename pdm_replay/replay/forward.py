@@ -1,6 +1,6 @@
 """Model passes over micro-batches: statistics without grad, surrogate gradients with grad.
 
-Both walk the same :class:`~pdm_replay.replay.batching.PaddedBatch` list, so token ``i``
+Both walk the same :class:`~pdm_replay.replay.batching.MicroBatch` list, so token ``i``
 of the seed's flat order is token ``i`` of every pass (pre-update, each mask's gradient,
 post-update).
 """
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from pdm_replay.math.support import Support
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.gpu import to_host, wait_host
 from pdm_replay.replay.recompute import SupportStats, support_stats, token_logprob
@@ -31,7 +31,7 @@ class PassConfig:
     lockstep: bool = False
 
 
-def _slices(batches: list[PaddedBatch]) -> list[slice]:
+def _slices(batches: list[MicroBatch]) -> list[slice]:
     out, start = [], 0
     for b in batches:
         out.append(slice(start, start + b.n_tokens))
@@ -44,26 +44,26 @@ def _support_slice(support: Support, sl: slice) -> Support:
 
 
 @torch.no_grad()
-def behaviour_hidden(policy: Policy, batches: list[PaddedBatch]) -> list[Tensor]:
-    """Hidden states of the behaviour model, one ``(N_b, H)`` per micro-batch (cached: µ
+def behavior_hidden(policy: Policy, batches: list[MicroBatch]) -> list[Tensor]:
+    """Hidden states of the behavior model, one ``(N_b, H)`` per micro-batch (cached: µ
     does not change across simulated updates)."""
     return [policy.hidden(b) for b in batches]
 
 
 @torch.no_grad()
-def forward_stats(policy: Policy, batches: list[PaddedBatch], support: Support,
-                  cfg: PassConfig, behaviour: Policy | None = None,
+def forward_stats(policy: Policy, batches: list[MicroBatch], support: Support,
+                  cfg: PassConfig, behavior: Policy | None = None,
                   mu_hidden: list[Tensor] | None = None) -> SupportStats:
     """π's :class:`SupportStats` for every token of ``batches`` (float64, on CPU).
 
-    With ``behaviour`` and its cached ``mu_hidden`` the exact columns are filled too.
+    With ``behavior`` and its cached ``mu_hidden`` the exact columns are filled too.
     """
     parts = []
     for i, (batch, sl) in enumerate(zip(batches, _slices(batches))):
         h_mu = mu_hidden[i] if mu_hidden is not None else None
         stats = support_stats(policy.hidden(batch), policy.head, _support_slice(support, sl),
                               temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens,
-                              hidden_mu=h_mu, head_mu=behaviour.head if behaviour else None)
+                              hidden_mu=h_mu, head_mu=behavior.head if behavior else None)
         parts.append(_to_cpu(stats))
     wait_host(policy.device)  # one sync per pass: the copies above are asynchronous
     return SupportStats.cat(parts)
@@ -86,7 +86,7 @@ class LossInputs:
     advantage: Tensor  # float64
 
 
-def accumulate_gradients(policy: Policy, batches: list[PaddedBatch], inputs: LossInputs,
+def accumulate_gradients(policy: Policy, batches: list[MicroBatch], inputs: LossInputs,
                          weight: Tensor, n_tokens: int, cfg: PassConfig) -> None:
     """Backward of ``−Σ_t w_t · r_t · Â_t / n_tokens`` into ``p.grad``, one micro-batch at a
     time (so activation memory is one micro-batch). Tokens with ``w_t = 0`` skip the head.

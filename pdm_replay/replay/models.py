@@ -31,8 +31,8 @@ from pdm_replay.validate import check_schema
 CHECKPOINTS = STEP_PATHS[:3]  # directories; the fourth is the optimizer.pt file
 
 
-def behaviour_dtype(cfg: ReplayConfig, meta: RolloutMeta) -> str:
-    """dtype for the behaviour model: ``--behavior-dtype``, else the footer's
+def behavior_dtype(cfg: ReplayConfig, meta: RolloutMeta) -> str:
+    """dtype for the behavior model: ``--behavior-dtype``, else the footer's
     ``behavior_dtype`` (the engine's precision: exact µ must be the distribution sampled
     from; a bf16 engine and a float32 reload differ by far more than the top-K interval
     widths), else ``--dtype``."""
@@ -79,7 +79,7 @@ class StepModels:
 
     step: int | None
     policy: Policy
-    behaviour: Policy | None
+    behavior: Policy | None
     next_policy: Policy | None
     snapshot: ParamSnapshot
     trainer_optimizer: TrainerOptimizer | None = None
@@ -112,9 +112,9 @@ def load_step_models(cfg: ReplayConfig, meta: RolloutMeta, step: int | None,
     c = at_step(cfg, step)
     device = "cpu" if dist.fsdp else cfg.device
     policy = _load(cfg, meta, c.checkpoint, cfg.dtype, device, False)
-    behaviour = nxt = None
+    behavior = nxt = None
     if c.behavior_checkpoint is not None:
-        behaviour = _load(cfg, meta, c.behavior_checkpoint, behaviour_dtype(cfg, meta),
+        behavior = _load(cfg, meta, c.behavior_checkpoint, behavior_dtype(cfg, meta),
                           device, True)
     if c.next_checkpoint is not None:
         nxt = _load(cfg, meta, c.next_checkpoint, cfg.dtype, device, True)
@@ -123,10 +123,10 @@ def load_step_models(cfg: ReplayConfig, meta: RolloutMeta, step: int | None,
     state = (load_trainer_optimizer(c.optimizer_state, policy.model)
              if c.optimizer_state is not None else None)
     if dist.fsdp:
-        for model in (policy, behaviour, nxt):
+        for model in (policy, behavior, nxt):
             if model is not None:
                 shard_policy(model, cfg.device, dist.world_size)
-    return StepModels(step, policy, behaviour, nxt, ParamSnapshot(list(policy.model.parameters())),
+    return StepModels(step, policy, behavior, nxt, ParamSnapshot(list(policy.model.parameters())),
                       state, target)
 
 

@@ -1,7 +1,7 @@
 """One seed's simulated SGD step, kept in memory for inspection (notebooks, tests,
 benchmarks).
 
-:func:`~pdm_replay.replay.run.run_replay` streams every seed to disk and keeps nothing;
+:func:`~pdm_replay.commands.replay.run_replay` streams every seed to disk and keeps nothing;
 :func:`probe_step` builds the same pieces for one seed and returns them: the micro-batches,
 θ's pre-update statistics, the Δθ of one SGD step of the ``none`` update (every loss token
 kept) and the attribution state at θ. θ is left in place (the step is undone bit-exactly);
@@ -29,13 +29,13 @@ from torch import Tensor
 
 from pdm_replay.io.reader import FlatTokens, read_meta
 from pdm_replay.masks import Thresholds
-from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
-from pdm_replay.replay.batching import PaddedBatch, micro_batches
+from pdm_replay.replay.attribution_pass import SeedAttribution, seed_attribution
+from pdm_replay.replay.batching import MicroBatch, micro_batches
 from pdm_replay.replay.checkpoint import Policy, load_policy
 from pdm_replay.replay.data import LogIndex, seed_batch
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, simulated_step
-from pdm_replay.replay.tables import PreUpdate, log_support, pre_update
+from pdm_replay.replay.outputs import PreUpdate, log_support, pre_update
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ProbedStep:
 
     policy: Policy
     flat: FlatTokens
-    batches: list[PaddedBatch]
+    batches: list[MicroBatch]
     cfg: PassConfig
     pre: PreUpdate  # θ's statistics at the logged supports (``pre.support``)
     inputs: LossInputs

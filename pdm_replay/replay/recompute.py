@@ -9,7 +9,7 @@ chunk as float64 ``(C,)`` or ``(C, M)``. Per chunk, with ``e = exp(z − max z)`
   summed), so a tiny tail keeps full relative precision instead of coming out
   of ``1 − Σ_S π`` or ``log1mexp(LSE_S − logZ)``, which cancel when the tail is < 1e-7;
 - ``Σπ² = Σe² / (Σe)²`` (SPEC §7: ``exp(LSE(2z) − 2 LSE(z))``);
-- with a behaviour head (full µ): ``kl_exact``, the reloaded ``log µ`` at S and
+- with a behavior head (full µ): ``kl_exact``, the reloaded ``log µ`` at S and
   ``Σπµ = exp(LSE(z + z_µ) − LSE(z) − LSE(z_µ))``, in float64 on the chunk.
 
 Examples
@@ -47,7 +47,7 @@ Head = Callable[[Tensor], Tensor]
 
 @dataclass(frozen=True)
 class ExactStats:
-    """Full-vocabulary quantities that need the behaviour policy's logits (float64)."""
+    """Full-vocabulary quantities that need the behavior policy's logits (float64)."""
 
     kl_exact: Tensor  # (N,)
     logp_mu_s: Tensor  # (N, M) reloaded log µ at S, -inf where the support slot is invalid
@@ -89,7 +89,7 @@ class SupportStats:
     def dkl_exact(self) -> Tensor:
         """Exact Ḋ_kl (N,) from the full sums; needs ``exact``."""
         if self.exact is None:
-            raise ValueError("dkl_exact needs a behaviour checkpoint")
+            raise ValueError("dkl_exact needs a behavior checkpoint")
         return dkl_from_sums(torch.exp(self.logp_k), torch.exp(self.exact.logp_mu_k),
                              self.sum_pi2, self.exact.sum_pi_mu)
 
@@ -155,7 +155,7 @@ def support_stats(hidden: Tensor, head: Head, support: Support, *, temperature: 
                   head_mu: Head | None = None) -> SupportStats:
     """π's statistics for N tokens from hidden states ``(N, H)`` at ``support`` ``(N, M)``.
 
-    ``hidden_mu`` ``(N, H_µ)`` and ``head_mu`` (the behaviour model) add :class:`ExactStats`.
+    ``hidden_mu`` ``(N, H_µ)`` and ``head_mu`` (the behavior model) add :class:`ExactStats`.
     """
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")

@@ -113,7 +113,7 @@ def make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float
     raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
 
 
-def surrogate_loss(logp_k: Tensor, logp_mu_k: Tensor, advantage: Tensor, weight: Tensor,
+def surrogate_loss(logp_k: Tensor, logp_behavior: Tensor, advantage: Tensor, weight: Tensor,
                    n_tokens: int) -> Tensor:
     """``−Σ_t w_t · r_t · Â_t / n_tokens`` with ``r = exp(log π(k) − log µ(k))``; all ``(N,)``.
 
@@ -125,7 +125,7 @@ def surrogate_loss(logp_k: Tensor, logp_mu_k: Tensor, advantage: Tensor, weight:
     >>> float(surrogate_loss(lp, lp, torch.tensor([1.0, -2.0]), torch.tensor([1.0, 1.0]), 4))
     0.25
     """
-    r = torch.exp(logp_k.double() - logp_mu_k.double())
+    r = torch.exp(logp_k.double() - logp_behavior.double())
     return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
 
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp, vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
                                              linear_chunk_tangents)
@@ -43,7 +43,7 @@ Params = dict[str, Tensor]
 TokenScalar = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def support_logprobs(policy: Policy, batch: PaddedBatch, ids: Tensor, *,
+def support_logprobs(policy: Policy, batch: MicroBatch, ids: Tensor, *,
                      temperature: float = 1.0, chunk_tokens: int = 1024,
                      select: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """log π at the support ``ids`` ``(n, M)`` (invalid slots pointing at a valid id) and
@@ -88,7 +88,7 @@ class _Body(nn.Module):
         self.model = policy.model
         self.policy = policy
 
-    def forward(self, batch: PaddedBatch) -> Tensor:
+    def forward(self, batch: MicroBatch) -> Tensor:
         return self.policy.hidden(batch)
 
 
@@ -101,7 +101,7 @@ class _Pass(nn.Module):
         self.model = policy.model
         self.policy = policy
 
-    def forward(self, batch: PaddedBatch, ids: Tensor, temperature: float, chunk_tokens: int,
+    def forward(self, batch: MicroBatch, ids: Tensor, temperature: float, chunk_tokens: int,
                 select: Tensor | None) -> tuple[Tensor, Tensor]:
         return support_logprobs(self.policy, batch, ids, temperature=temperature,
                                 chunk_tokens=chunk_tokens, select=select)
@@ -132,12 +132,12 @@ class TangentPass:
     temperature: float = 1.0
     chunk_tokens: int = 1024
 
-    def _call(self, params: Params, batch: PaddedBatch, ids: Tensor,
+    def _call(self, params: Params, batch: MicroBatch, ids: Tensor,
               select: Tensor | None = None) -> tuple[Tensor, Tensor]:
         return functional_call(_Pass(self.policy), params,
                                (batch, ids, self.temperature, self.chunk_tokens, select))
 
-    def directional_logprobs(self, batch: PaddedBatch, rows: slice, primals: Params,
+    def directional_logprobs(self, batch: MicroBatch, rows: slice, primals: Params,
                              tangents: Params) -> tuple[Tensor, Tensor]:
         """Tangents of (log π at S ``(N_b, M)``, log π_tail ``(N_b,)``) at θ = ``primals``
         along ``tangents``, for the tokens ``rows`` of the seed's flat order."""
@@ -184,7 +184,7 @@ class TangentPass:
         bias = by_id.get(id(lin.bias)) if lin.bias is not None else None
         return by_id[id(lin.weight)], bias or "(no bias)"
 
-    def gradient_dots(self, row: PaddedBatch, rows: Tensor, select: Tensor, a: TokenScalar,
+    def gradient_dots(self, row: MicroBatch, rows: Tensor, select: Tensor, a: TokenScalar,
                       b: TokenScalar, primals: Params, memory_bytes: int) -> Tensor:
         """``⟨∇_θ a_t, ∇_θ b_t⟩`` ``(n,)`` float64 for the tokens ``select`` of one sequence
         ``row`` (``rows`` their flat indices, passed on to ``a`` and ``b``)."""
@@ -231,7 +231,7 @@ def _dot(ga: Mapping[str, Tensor], gb: Mapping[str, Tensor], batch: int | None) 
     return torch.as_tensor(total, dtype=torch.float64).cpu()
 
 
-def sequence_batches(batch: PaddedBatch) -> list[tuple[PaddedBatch, np.ndarray]]:
+def sequence_batches(batch: MicroBatch) -> list[tuple[MicroBatch, np.ndarray]]:
     """Each sequence of a right-padded batch on its own, unpadded, with the positions (in
     the batch's token order) of its response tokens.
 
@@ -246,7 +246,7 @@ def sequence_batches(batch: PaddedBatch) -> list[tuple[PaddedBatch, np.ndarray]]
     for b in range(batch.input_ids.shape[0]):
         length = int(batch.attention_mask[b].sum())
         positions = torch.nonzero(row_of == b)[:, 0]
-        single = PaddedBatch(input_ids=batch.input_ids[b:b + 1, :length],
+        single = MicroBatch(input_ids=batch.input_ids[b:b + 1, :length],
                              attention_mask=batch.attention_mask[b:b + 1, :length],
                              position_ids=batch.position_ids[b:b + 1, :length],
                              target_index=batch.target_index[positions] - b * width)

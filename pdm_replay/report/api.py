@@ -169,7 +169,7 @@ def sign_accuracy(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
 def estimator_accuracy(db: ReportDB) -> pl.DataFrame:
     """Top-K KL slope estimators (agg, uniform) vs the exact slope ``dkl_exact``: sign
     agreement, mean / max absolute error, over all tokens and out-of-region ones. Empty
-    unless the replay had a behaviour checkpoint.
+    unless the replay had a behavior checkpoint.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect
@@ -182,10 +182,10 @@ def estimator_accuracy(db: ReportDB) -> pl.DataFrame:
 
 
 def behavior_fidelity(db: ReportDB) -> pl.DataFrame:
-    """Logged vs reloaded µ (replay with a behaviour checkpoint), over all tokens and the
+    """Logged vs reloaded µ (replay with a behavior checkpoint), over all tokens and the
     disagreement tokens: median / p99 / max |behavior_logp_gap| at the sampled token, the
     max support gap, and the share within one rounding of the logged log-prob in the
-    behaviour dtype (u·|log µ(k)|, u from the manifest's ``behavior_fidelity``; every
+    behavior dtype (u·|log µ(k)|, u from the manifest's ``behavior_fidelity``; every
     token when the manifest does not record u). Empty without the gap columns."""
     fid = (db.info.manifest or {}).get("behavior_fidelity") or {}
     return db.named("behavior_fidelity", {"unit_roundoff": fid.get("unit_roundoff")})

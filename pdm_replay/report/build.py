@@ -24,15 +24,15 @@ import polars as pl
 
 from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report import api
-from pdm_replay.report.attribution import ATTRIBUTION_NOTE, attribution_split
-from pdm_replay.report.certificates import certificate_summary
+from pdm_replay.report.attribution_report import ATTRIBUTION_NOTE, attribution_split
+from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.limits import FORMATS
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
-from pdm_replay.report.run import RunInfo
+from pdm_replay.report.run_info import RunInfo
 
 REPLAY_HINT = ("run `pdm-replay replay` on the rollout log with the training checkpoint to "
                "simulate the update")
@@ -75,8 +75,8 @@ SECTIONS = (
     ("sign_accuracy", "Sign accuracy of each direction predictor vs sign(ΔD) under the "
                       "single updates (`actual`, `none`)"),
     ("estimator_accuracy", "Top-K slope estimators vs exact (exact = vs reloaded µ, the "
-                           "behaviour checkpoint, not the logged µ)"),
-    ("behavior_fidelity", "µ fidelity: logged vs reloaded behaviour log-probs"),
+                           "behavior checkpoint, not the logged µ)"),
+    ("behavior_fidelity", "µ fidelity: logged vs reloaded behavior log-probs"),
     ("certificates", "Sign certificates (KL): decisions the logged support alone settles"),
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
                     "(updates `actual` and `none`)"),
@@ -213,7 +213,7 @@ def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
             notes.append(f"no {family}/{estimator} comparison: the run lacks "
                          f"{', '.join(missing)}")
     if not info.has_exact:
-        notes.append("estimator accuracy needs kl_exact/dkl_exact: a replay with a behaviour "
+        notes.append("estimator accuracy needs kl_exact/dkl_exact: a replay with a behavior "
                      "checkpoint (full µ)")
     if health["n_mass_overflow"]:
         notes.append(f"{health['n_mass_overflow']} tokens "

@@ -17,7 +17,7 @@ without a new replay; ``own`` at a δ no update was simulated at is left out wit
 Examples
 --------
 >>> from pdm_replay.report.synthetic import example_run
->>> from pdm_replay.report.run import discover_run
+>>> from pdm_replay.report.run_info import discover_run
 >>> info = discover_run(example_run())
 >>> cs = comparisons(info, {"none", "dppo_topk_kl", "pdm_kl_agg"})
 >>> [(c.family, c.estimator, c.delta, c.ratio_update, c.predictive_update) for c in cs][:2]
@@ -34,7 +34,7 @@ from typing import Collection, Mapping
 import pyarrow as pa
 
 from pdm_replay.masks import MASKS, comparison_pairs
-from pdm_replay.report.run import RunInfo
+from pdm_replay.report.run_info import RunInfo
 
 ACTUAL = "actual"  # the update name `replay --next-checkpoint` writes (replay/actual.py)
 NONE = "none"

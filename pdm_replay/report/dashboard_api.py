@@ -43,7 +43,7 @@ from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.db import ReportDB, connect, load_sql
 # the Mask comparison page's query (computed in report.mask_comparison only)
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
-from pdm_replay.report.run import RunInfo, discover_run
+from pdm_replay.report.run_info import RunInfo, discover_run
 
 QUERIES = "dashboard_queries.sql"
 UPDATES = ("own", "ratio", "predictive", "none", "actual")
@@ -265,7 +265,7 @@ def mass_quantiles(db: ReportDB) -> pl.DataFrame:
 
 def estimator_sample(db: ReportDB, *, limit: int = 5000) -> pl.DataFrame:
     """A fixed pseudo-random sample of tokens: KL slope estimators (agg, uniform), the exact
-    slope (null without a behaviour checkpoint), the feasible interval and out_of_region."""
+    slope (null without a behavior checkpoint), the feasible interval and out_of_region."""
     return db.named("estimator_sample", {"limit": limit}, sql_file=QUERIES)
 
 

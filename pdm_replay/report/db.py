@@ -11,7 +11,7 @@ Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs
 ``mask_variants`` (the names mask@value of a sweep and their masks),
 ``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
-``seed_wins``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
+``seed_rates``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
 ``sign_accuracy``, ``estimator_accuracy``,
 ``direction_terms``, ``mask_summary_by_seed``, ``mask_summary``, ``log_health``,
 ``attribution_tokens``, ``attribution_signs``, ``attribution_split_by_seed``,
@@ -56,7 +56,7 @@ from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
                                            comparisons_table)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
-from pdm_replay.report.run import RunInfo, discover_run
+from pdm_replay.report.run_info import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",

@@ -31,7 +31,7 @@ import polars as pl
 from pdm_replay.report.db import ReportDB
 from pdm_replay.report.rates import (ClusterCounts, bootstrap_weights,
                                      cluster_bootstrap_diff, rate_summary, seed_outcomes)
-from pdm_replay.report.stats import sign_test, wilcoxon_signed_rank
+from pdm_replay.report.paired_tests import sign_test, wilcoxon_signed_rank
 
 KEYS = ("basis", "family", "estimator", "delta")
 SIDES = ("ratio", "predictive")

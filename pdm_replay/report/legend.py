@@ -71,7 +71,7 @@ MIN_TOKENS = 30
 # The smallest two-sided sign-test p over n seeds is 2·0.5ⁿ: 0.0625 at n = 5, 0.031 at 6.
 MIN_SEEDS = 6
 # One rounding of the logged log-prob explains any gap up to u·|log µ|; more than 1% of
-# tokens beyond it means the reloaded behaviour model is not the engine's.
+# tokens beyond it means the reloaded behavior model is not the engine's.
 MIN_WITHIN_ROUNDING = 0.99
 
 BASIS_LINE = {"actual": "actual (the trainer's real step)",
@@ -174,7 +174,7 @@ def _behavior(fidelity: pl.DataFrame) -> list[ReportWarning]:
         return []
     return [ReportWarning("behavior_mismatch", (
         f"µ mismatch: only {share:.1%} of tokens' logged µ are within one rounding of the "
-        f"reloaded behaviour model (expected ≥ {MIN_WITHIN_ROUNDING:.0%}): the behaviour "
+        f"reloaded behavior model (expected ≥ {MIN_WITHIN_ROUNDING:.0%}): the behavior "
         "checkpoint or --behavior-dtype is not what the engine ran; estimator accuracy is "
         "measured against the reloaded µ"), MIN_WITHIN_ROUNDING)]
 

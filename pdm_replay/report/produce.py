@@ -36,7 +36,7 @@ from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, co
                                   read_only_query)
 from pdm_replay.report.legend import run_coverage
 from pdm_replay.report.limits import SQL_FORMATS
-from pdm_replay.report.run import RunInfo
+from pdm_replay.report.run_info import RunInfo
 from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
                                       render_markdown, render_table)
 

@@ -22,8 +22,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from pdm_replay.report.attribution import SHARE_COLUMNS
-from pdm_replay.report.certificates import SHARE_COLUMNS as CERT_SHARE_COLUMNS
+from pdm_replay.report.attribution_report import SHARE_COLUMNS
+from pdm_replay.report.certificate_report import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 from pdm_replay.report.legend import LEGEND, coverage_line
 from pdm_replay.report.mask_comparison import comparison_display

@@ -23,9 +23,9 @@ import torch
 from pdm_replay.io.rollouts import RolloutWriter
 from pdm_replay.sample.model import ModelConfig, build_model, quiet_transformers
 from pdm_replay.sample.readme import render_readme
-from pdm_replay.sample.records import group_rows
+from pdm_replay.sample.trainer_rows import group_rows
 from pdm_replay.sample.rl import RLStepStats, StepBatch, run_rl
-from pdm_replay.sample.stats import SampleStats, log_statistics
+from pdm_replay.sample.log_checks import SampleStats, log_statistics
 from pdm_replay.sample.task import SortTask
 from pdm_replay.sample.tokenizer import N_NUMBERS
 from pdm_replay.sample.tokenizer import build_tokenizer, save_tokenizer

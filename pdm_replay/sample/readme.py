@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pdm_replay.sample.stats import DELTA_KL, TAIL_FLOOR
+from pdm_replay.sample.log_checks import DELTA_KL, TAIL_FLOOR
 from pdm_replay.sample.tokenizer import N_NUMBERS, vocabulary
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from pdm_replay.masks import MASKS, Thresholds
 from pdm_replay.math.metrics import token_stats
 from pdm_replay.math.support import build_support, reduce_logged_pair
 from pdm_replay.sample.model import load_checkpoint
-from pdm_replay.sample.records import trainer_logprobs
+from pdm_replay.sample.trainer_rows import trainer_logprobs
 from pdm_replay.sample.rollout import GroupRollout, sample_problems, token_logprobs
 from pdm_replay.sample.task import SortTask, group_advantages
 from pdm_replay.sample.train import TrainConfig

@@ -1,6 +1,6 @@
 """Rollouts the way an RL stack makes them: sample with ``generate``, log µ's top-K, recompute π.
 
-The behaviour policy µ is the distribution ``generate`` really samples from: with
+The behavior policy µ is the distribution ``generate`` really samples from: with
 temperature 1.0, ``top_k=0`` and ``top_p=1.0`` no logits processor runs, so the
 post-processing ``output_scores`` are the model's full-softmax logits (float32 copies of
 the engine's bf16 logits). transformers' default ``top_k=50`` would truncate; it is

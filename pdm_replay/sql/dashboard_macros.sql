@@ -31,7 +31,7 @@ SELECT * FROM d
 WHERE p_delta_sign IS NULL OR sign(delta_d) = p_delta_sign;
 
 -- Values of one whitelisted per-token column: D_pre of either family, or the top-K mass of
--- the behaviour (1 - mu_tail) or training (1 - pi_tail) distribution.
+-- the behavior (1 - mu_tail) or training (1 - pi_tail) distribution.
 CREATE OR REPLACE MACRO dashboard_values(p_column) AS TABLE
 SELECT CASE p_column WHEN 'kl_topk' THEN kl_topk
                      WHEN 'tv_topk' THEN tv_topk

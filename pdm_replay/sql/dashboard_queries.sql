@@ -85,7 +85,7 @@ FROM b, r
 ORDER BY b.bin;
 
 -- name: mass_quantiles
--- Top-K mass of the behaviour (mu_mass = 1 - mu_tail) and training (pi_mass) distributions.
+-- Top-K mass of the behavior (mu_mass = 1 - mu_tail) and training (pi_mass) distributions.
 SELECT 'mu_mass' AS distribution, count(v) AS n_tokens, min(v) AS min,
        quantile_cont(v, 0.01) AS p1, quantile_cont(v, 0.05) AS p5,
        quantile_cont(v, 0.5) AS p50, quantile_cont(v, 0.95) AS p95, max(v) AS max,

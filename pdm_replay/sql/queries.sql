@@ -47,7 +47,7 @@ GROUP BY basis, family, estimator, delta, direction, update_mask
 ORDER BY min(basis_ord), family, estimator, delta, direction DESC;
 
 -- name: seed_rates
-SELECT * EXCLUDE (basis_ord) FROM seed_wins
+SELECT * EXCLUDE (basis_ord) FROM seed_rates
 ORDER BY basis_ord, family, estimator, delta, seed;
 
 -- name: cluster_counts

@@ -1,4 +1,4 @@
--- Queries of pdm_replay.report.attribution, one per "-- name:" block ($parameters only).
+-- Queries of pdm_replay.report.attribution_report, one per "-- name:" block ($parameters only).
 -- Views: views_attribution.sql.
 
 -- name: attribution_split

@@ -1,4 +1,4 @@
--- Queries of pdm_replay.report.certificates, one per "-- name:" block.
+-- Queries of pdm_replay.report.certificate_report, one per "-- name:" block.
 
 -- name: certificate_summary
 -- Out-of-region KL tokens (kl_topk > delta_kl) and the disagreement tokens of each KL

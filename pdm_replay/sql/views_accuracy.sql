@@ -43,7 +43,7 @@ WHERE predicted IS NOT NULL AND delta_d IS NOT NULL
 GROUP BY basis, seed, family, delta, predictor;
 
 -- Top-K estimators of the KL slope against the exact slope dkl_exact of a replay with a
--- behaviour checkpoint. "Exact" uses the reloaded behaviour checkpoint's µ, not the logged
+-- behavior checkpoint. "Exact" uses the reloaded behavior checkpoint's µ, not the logged
 -- µ (their gap: behavior_fidelity), so the error mixes the tail model's error with that
 -- mismatch. Scopes: all tokens, out-of-region ones (per delta) and the disagreement tokens
 -- of the estimator's own comparison (where the direction decision is at stake).
@@ -76,9 +76,9 @@ SELECT 'kl' AS family, estimator, scope, delta,
 FROM e
 GROUP BY estimator, scope, delta;
 
--- Logged vs reloaded µ (replay with a behaviour checkpoint): |behavior_logp_gap| at the
+-- Logged vs reloaded µ (replay with a behavior checkpoint): |behavior_logp_gap| at the
 -- sampled token and behavior_logp_gap_max over the support, beside one rounding of the
--- logged log-prob in the behaviour dtype ($unit_roundoff * |logp_behavior|, u from the
+-- logged log-prob in the behavior dtype ($unit_roundoff * |logp_behavior|, u from the
 -- manifest's behavior_fidelity), over all tokens and the disagreement tokens.
 CREATE OR REPLACE MACRO behavior_fidelity(unit_roundoff) AS TABLE
 WITH g AS (

@@ -114,7 +114,7 @@ LEFT JOIN kept AS k
 -- Per seed: unsafe keep and corrective rates of the ratio and the predictive mask side by
 -- side. unsafe_diff = ratio - predictive, so a win (predictive lower) is unsafe_diff > 0;
 -- 'empty' when a side kept no measured disagreement token (no rate to compare).
-CREATE OR REPLACE VIEW seed_wins AS
+CREATE OR REPLACE VIEW seed_rates AS
 SELECT seed, basis, family, estimator, delta,
        any_value(n_out_of_region) AS n_out_of_region,
        any_value(n_disagree) AS n_disagree,
@@ -136,7 +136,7 @@ FROM alignment_by_seed
 GROUP BY seed, basis, family, estimator, delta;
 
 -- Per (basis, comparison, sample, seed, direction): counts of the kept disagreement tokens,
--- the clusters of the sample-clustered bootstrap (pdm_replay.report.stats).
+-- the clusters of the sample-clustered bootstrap (pdm_replay.report.paired_tests).
 CREATE OR REPLACE VIEW cluster_counts AS
 SELECT basis, family, estimator, delta, sample_id, seed, kept_by AS direction,
        count(delta_d) AS n_measured,

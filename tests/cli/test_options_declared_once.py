@@ -18,7 +18,7 @@ from pdm_replay.cli.replay import THRESHOLD_PARAMS
 from pdm_replay.ingest import IngestConfig
 from pdm_replay.replay.config import OPTION, ReplayConfig, flag
 from pdm_replay.report.build import ReportConfig
-from pdm_replay.run_masks import MasksConfig
+from pdm_replay.commands.masks import MasksConfig
 
 COMMANDS = typer.main.get_command(app).commands
 

@@ -40,7 +40,7 @@ def test_replay_module_imports_no_report_library() -> None:
     """The replay's start-up (issue 20) loads torch but not the report stack: DuckDB and
     polars come in after the seeds (``run_summary``), pandas (which pyarrow pulls in on the
     first ``pa.array``) not at import."""
-    probe = ("import sys, json, pdm_replay.replay.run; print(json.dumps([m for m in "
+    probe = ("import sys, json, pdm_replay.commands.replay; print(json.dumps([m for m in "
              "('duckdb', 'polars', 'pandas', 'streamlit', 'scipy') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.report import attribution as attr
+from pdm_replay.report import attribution_report as attr
 from pdm_replay.report.db import connect
 from pdm_replay.report.synthetic import write_synthetic_run
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)

@@ -1,6 +1,6 @@
 """The dashboard's data path never imports torch (issue 19 item 4: a fast first page).
 
-``pdm_replay.report.run`` read the tokens footer key from ``pdm_replay.run_masks``, which
+``pdm_replay.report.run_info`` read the tokens footer key from ``pdm_replay.commands.masks``, which
 imports torch (about 10 s of a loaded 2-core machine's first page); the key now lives in
 ``pdm_replay.schema``.
 """

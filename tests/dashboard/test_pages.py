@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.run import discover_run
+from pdm_replay.report.run_info import discover_run
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
 

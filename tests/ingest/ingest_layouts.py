@@ -1,6 +1,6 @@
 """Ground-truth rollouts and writers of every input layout, built from the documented fields.
 
-``make_truth`` draws behaviour µ and training π distributions per position, samples k
+``make_truth`` draws behavior µ and training π distributions per position, samples k
 from µ and keeps the exact top-K; ``Truth.rows`` are the rollout/v1 rows (plus_sampled:
 top-K plus k when k is outside it) that ``write_rollouts`` writes directly. Each
 ``write_*`` function writes the same data the way that engine/trainer lays it out.
@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from pdm_replay.io.rollouts import write_rollouts
-from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.schema import RolloutMeta
 
 VOCAB, K = 40, 4

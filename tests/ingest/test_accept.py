@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pdm_replay.ingest.accept import accept_rows
-from pdm_replay.ingest.padded import PaddedBatch
+from pdm_replay.ingest.padded import PaddedRollouts
 from pdm_replay.io.rollouts import rows_to_table
 from pdm_replay.schema import RolloutMeta
 
@@ -36,7 +36,7 @@ def test_ragged_rows_keep_their_first_reason_and_order() -> None:
 def test_padded_and_ragged_inputs_agree() -> None:
     rows = [_row("a", [1, 2]), _row("b", [3, 11])]
     ragged = accept_rows(rows_to_table(rows, META), META, zero_padded=False, seen=set())
-    batch = PaddedBatch(sample_id=["a", "b"], step=np.zeros(2, np.int64),
+    batch = PaddedRollouts(sample_id=["a", "b"], step=np.zeros(2, np.int64),
                         response_ids=np.array([[1, 2], [3, 11]]), lengths=np.array([2, 2]),
                         advantages=np.ones(2), behavior_logprobs=np.full((2, 2), -0.5),
                         topk_ids=np.array([[[1], [2]], [[3], [11]]]),

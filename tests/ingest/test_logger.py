@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _log_truth_tensors(logger: RolloutLogger, truth, step: int) -> int:
-    """The trainer call: padded torch tensors (bf16 behaviour log-probs included)."""
+    """The trainer call: padded torch tensors (bf16 behavior log-probs included)."""
     a = {k: (v if v.dtype == object else torch.from_numpy(v)) for k, v in
          verl_arrays(truth).items()}
     p = a["prompts"].shape[1]

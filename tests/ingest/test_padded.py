@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdm_replay.ingest.padded import (PaddedBatch, first_occurrences, lengths_from_mask,
+from pdm_replay.ingest.padded import (PaddedRollouts, first_occurrences, lengths_from_mask,
                                       padded_to_table, topk_keep)
 
 B, T, K, V = 3, 4, 5, 12
@@ -40,7 +40,7 @@ def zero_padded_batches(draw):
 @given(zero_padded_batches())
 def test_zero_padding_rule_recovers_real_entries(case) -> None:
     lengths, ids, lps, truth = case
-    batch = PaddedBatch(sample_id=[f"s{b}" for b in range(B)], step=np.zeros(B),
+    batch = PaddedRollouts(sample_id=[f"s{b}" for b in range(B)], step=np.zeros(B),
                         response_ids=np.ones((B, T), np.int64), lengths=np.array(lengths),
                         advantages=np.zeros(B), behavior_logprobs=np.full((B, T), -0.5),
                         topk_ids=ids, topk_logprobs=lps)
@@ -59,7 +59,7 @@ def test_valid_mask_is_authoritative_and_slot_order_kept() -> None:
     ids = np.array([[[5, 0, 5, 0], [2, 0, 7, 0]]])
     lps = np.array([[[-0.3, 0.0, -0.3, 0.0], [-0.1, -1.0, -2.0, 0.0]]])
     valid = np.array([[[True, True, True, False], [True, True, True, False]]])
-    b = PaddedBatch(sample_id=["a"], step=np.zeros(1), response_ids=np.array([[5, 7]]),
+    b = PaddedRollouts(sample_id=["a"], step=np.zeros(1), response_ids=np.array([[5, 7]]),
                     lengths=np.array([2]), advantages=np.ones(1),
                     behavior_logprobs=np.array([[-0.3, -2.0]]), topk_ids=ids,
                     topk_logprobs=lps, topk_valid=valid)
@@ -84,7 +84,7 @@ def test_lengths_from_mask_keeps_inner_zeros() -> None:
 
 def test_shape_errors_name_the_array() -> None:
     import pytest
-    b = PaddedBatch(sample_id=["a"], step=np.zeros(1), response_ids=np.zeros((1, 3)),
+    b = PaddedRollouts(sample_id=["a"], step=np.zeros(1), response_ids=np.zeros((1, 3)),
                     lengths=np.array([3]), advantages=np.zeros((1, 2)),
                     behavior_logprobs=np.zeros((1, 3)))
     with pytest.raises(ValueError, match=r"advantages has shape \(1, 2\), expected \(1, 3\)"):

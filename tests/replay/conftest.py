@@ -14,8 +14,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def behaviour_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("ckpt") / "behaviour", seed=1)
+def behavior_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("ckpt") / "behavior", seed=1)
 
 
 @pytest.fixture(scope="session")

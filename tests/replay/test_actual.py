@@ -17,7 +17,7 @@ from pdm_replay.math import divergence as dv
 from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
                                      reduce_logprobs)
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from tolerances import LOGPROB_ATOL
 
 pytestmark = pytest.mark.filterwarnings(
@@ -39,10 +39,10 @@ def pair(tmp_path_factory, replay_log, model_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def actual_run(tmp_path_factory, replay_log, model_dir, behaviour_dir, pair):
+def actual_run(tmp_path_factory, replay_log, model_dir, behavior_dir, pair):
     out = tmp_path_factory.mktemp("runs") / "actual"
     return run_replay(ReplayConfig(log=replay_log, checkpoint=model_dir, out=out,
-                                   behavior_checkpoint=behaviour_dir, next_checkpoint=pair,
+                                   behavior_checkpoint=behavior_dir, next_checkpoint=pair,
                                    trainer_mask="dppo_topk_kl", update_masks=("none",),
                                    **SMALL))
 
@@ -85,9 +85,9 @@ def kl_at(model, rows: dict, keys: list[tuple[str, int]]) -> np.ndarray:
 
 
 def test_actual_rows_equal_an_independent_forward_of_the_next_checkpoint(
-        actual_run, replay_log, pair, behaviour_dir):
+        actual_run, replay_log, pair, behavior_dir):
     tok, upd = tables(actual_run.run_dir)
-    rows, nxt, mu_model = sample_rows(replay_log), load(pair), load(behaviour_dir)
+    rows, nxt, mu_model = sample_rows(replay_log), load(pair), load(behavior_dir)
     actual = upd["actual"]
     assert [(r["sample_id"], r["pos"]) for r in actual] == list(zip(tok["sample_id"], tok["pos"]))
     assert [r["kept"] for r in actual] == tok["keep_dppo_topk_kl"]  # the trainer's mask
@@ -165,11 +165,11 @@ def test_lr_auto_matches_the_actual_step_norm(tmp_path, replay_log, model_dir, p
     assert group["updates"]["none"]["lr"] != group["updates"]["pdm_kl_agg"]["lr"]
 
 
-def test_behavior_fidelity_gaps(actual_run, replay_log, behaviour_dir):
+def test_behavior_fidelity_gaps(actual_run, replay_log, behavior_dir):
     """behavior_logp_gap = reloaded log µ(k) − logged log µ(k), from a plain forward of the
-    behaviour checkpoint; the manifest pools |gap| beside float32's unit roundoff."""
+    behavior checkpoint; the manifest pools |gap| beside float32's unit roundoff."""
     tok, _ = tables(actual_run.run_dir)
-    rows, mu_model = sample_rows(replay_log), load(behaviour_dir)
+    rows, mu_model = sample_rows(replay_log), load(behavior_dir)
     gaps = []
     for sid, pos, gap, worst in zip(tok["sample_id"], tok["pos"], tok["behavior_logp_gap"],
                                     tok["behavior_logp_gap_max"]):

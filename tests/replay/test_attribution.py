@@ -21,7 +21,7 @@ from pdm_replay.math import divergence as dv
 from pdm_replay.math.attribution import kl_topk_weights
 from pdm_replay.math.support import (ReducedPair, build_support, gather_support_logprobs,
                                      reduce_logprobs)
-from pdm_replay.replay.attribution import attribution_sample, disagreement_tokens, shard_sample
+from pdm_replay.replay.attribution_pass import attribution_sample, disagreement_tokens, shard_sample
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
@@ -29,8 +29,8 @@ from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
                                              linear_chunk_tangents)
 from pdm_replay.replay.probe import ProbedStep, probe_step
-from pdm_replay.replay.run import run_replay
-from pdm_replay.replay.tables import post_columns
+from pdm_replay.commands.replay import run_replay
+from pdm_replay.replay.outputs import post_columns
 from pdm_replay.replay.tangent import TangentPass, current_params, sequence_batches
 from pdm_replay.tokens import log_stats
 

@@ -58,14 +58,14 @@ def test_replay_cli_unknown_update_mask(tmp_path: Path, replay_log: Path,
 
 
 def test_replay_cli_actual_update_sweep_and_lr_auto(tmp_path: Path, replay_log: Path,
-                                                   model_dir: Path, behaviour_dir: Path
+                                                   model_dir: Path, behavior_dir: Path
                                                    ) -> None:
-    """The issue 17 options end to end; behaviour_dir stands in for θ_{t+1} (the same
+    """The issue 17 options end to end; behavior_dir stands in for θ_{t+1} (the same
     architecture: a valid pair, whatever its weights)."""
     out = tmp_path / "run"
     res = runner.invoke(app, [
         "replay", str(replay_log), "--checkpoint", str(model_dir), "--out", str(out),
-        "--next-checkpoint", str(behaviour_dir), "--trainer-mask", "dppo_topk_kl@0.05",
+        "--next-checkpoint", str(behavior_dir), "--trainer-mask", "dppo_topk_kl@0.05",
         "--lr", "auto", "--delta-kl", "0.05,0.15", "--seeds", "1", "--seed-by", "step",
         "--batch-size", "6", "--chunk-tokens", "32", "--no-attribution",
         "--update-masks", "none,dppo_topk_kl"])

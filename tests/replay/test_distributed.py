@@ -184,7 +184,7 @@ def test_all_reduce_grads_is_identity_on_one_rank(tmp_path):
 
 def test_auto_chunk_tokens_is_recorded(tmp_path, replay_log, model_dir):
     from pdm_replay.replay.config import ReplayConfig
-    from pdm_replay.replay.run import run_replay
+    from pdm_replay.commands.replay import run_replay
     res = run_replay(ReplayConfig(log=replay_log, checkpoint=model_dir, out=tmp_path / "run",
                                   seeds=1, batch_size=4, update_masks=("none",),
                                   attribution=False, fsdp=True))
@@ -259,7 +259,7 @@ def assert_sharded(run: Path, seeds: int, world: int) -> None:
 
 @pytest.mark.slow
 def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_dir,
-                                                  behaviour_dir):
+                                                  behavior_dir):
     """DDP semantics: SGD (sensitive to the global normaliser, unlike Adam's first step),
     exact columns, attribution columns (self/cross: SGD only); sharded parts per rank.
     lr 1e-2 keeps the attribution terms O(1): at lr 0.5 they reach ~144, where float32
@@ -268,7 +268,7 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_di
     # must be drawn over the global batch to match (not 2 per rank); the actual update
     # (with its linear term along θ_{t+1} − θ_t) runs sharded too
     nxt = one_step_checkpoint(model_dir, tmp_path / "next", replay_log)
-    args = [*COMMON, "--optimizer", "sgd", "--behavior-checkpoint", str(behaviour_dir),
+    args = [*COMMON, "--optimizer", "sgd", "--behavior-checkpoint", str(behavior_dir),
             "--attribution-sample", "2", "--next-checkpoint", str(nxt),
             "--trainer-mask", "pdm_kl_agg"]
     ref = one_process(replay_log, model_dir, tmp_path / "one", args)
@@ -303,7 +303,7 @@ def test_torchrun_fsdp_equals_one_process(tmp_path, replay_log, model_dir):
 
 CRASH_DRIVER = textwrap.dedent("""
     import os, sys
-    from pdm_replay.replay import run as run_mod
+    from pdm_replay.commands import replay as run_mod
     if os.environ["RANK"] == "1":
         write = run_mod.write_table_atomic
         def write_then_die(target, table):

@@ -13,7 +13,7 @@ import torch
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.replay.checkpoint import CheckpointError
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from pdm_replay.schema import RolloutMeta
 
 from replay_helpers import LOG_CFG, VOCAB, ragged_log, save_tiny, tiny_qwen3
@@ -140,13 +140,13 @@ def test_existing_run_dir_without_resume(tmp_path, replay_log, model_dir):
 
 
 def test_resume_with_different_options_or_checkpoint(tmp_path, replay_log, model_dir,
-                                                     behaviour_dir):
+                                                     behavior_dir):
     out = tmp_path / "run"
     replay(replay_log, model_dir, out)
     with pytest.raises(ValueError, match="lr"):
         replay(replay_log, model_dir, out, resume=True, lr=0.5)
     with pytest.raises(ValueError, match=r"checkpoint \(content\)"):
-        replay(replay_log, behaviour_dir, out, resume=True)
+        replay(replay_log, behavior_dir, out, resume=True)
 
 
 def test_bad_options():
@@ -156,15 +156,15 @@ def test_bad_options():
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"), optimizer="lion")
 
 
-def test_behaviour_dtype_follows_option_then_footer_then_dtype() -> None:
+def test_behavior_dtype_follows_option_then_footer_then_dtype() -> None:
     from pathlib import Path
 
     from pdm_replay.replay.config import ReplayConfig
-    from pdm_replay.replay.run import behaviour_dtype
+    from pdm_replay.commands.replay import behavior_dtype
     from pdm_replay.schema import RolloutMeta
     base = dict(log=Path("l"), checkpoint=Path("c"), out=Path("o"))
     bf16 = RolloutMeta(vocab_size=4, top_k=1, extra={"behavior_dtype": "bfloat16"})
     plain = RolloutMeta(vocab_size=4, top_k=1)
-    assert behaviour_dtype(ReplayConfig(**base), bf16) == "bfloat16"
-    assert behaviour_dtype(ReplayConfig(**base), plain) == "float32"
-    assert behaviour_dtype(ReplayConfig(**base, behavior_dtype="float32"), bf16) == "float32"
+    assert behavior_dtype(ReplayConfig(**base), bf16) == "bfloat16"
+    assert behavior_dtype(ReplayConfig(**base), plain) == "float32"
+    assert behavior_dtype(ReplayConfig(**base, behavior_dtype="float32"), bf16) == "float32"

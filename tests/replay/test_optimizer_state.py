@@ -17,7 +17,7 @@ from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import LogIndex, seed_batch
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients
 from pdm_replay.replay.optimizer_state import load_trainer_optimizer
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning")

@@ -17,7 +17,7 @@ from pdm_replay.math.support import Support, build_support
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.data import LogIndex, seed_batch
-from pdm_replay.replay.forward import PassConfig, behaviour_hidden, forward_stats
+from pdm_replay.replay.forward import PassConfig, behavior_hidden, forward_stats
 from pdm_replay.replay.recompute import support_stats, token_logprob
 
 from tolerances import CHUNKING_ATOL, LOGPROB_ATOL, PROB_ATOL
@@ -66,8 +66,8 @@ def policy(model_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def behaviour(behaviour_dir: Path):
-    return load_policy(behaviour_dir)
+def behavior(behavior_dir: Path):
+    return load_policy(behavior_dir)
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +109,15 @@ def test_chunked_equals_unchunked(policy, batch):
         assert torch.allclose(a, b, atol=CHUNKING_ATOL, equal_nan=True)
 
 
-def test_micro_batch_1_equals_8(policy, behaviour, batch):
+def test_micro_batch_1_equals_8(policy, behavior, batch):
     """Right padding must not leak into real positions (batch size 1 has no padding)."""
     sb, support = batch
     stats = {}
     for size in (1, 8):
         batches = micro_batches(sb.prompts, sb.responses, size)
-        mu_h = behaviour_hidden(behaviour, batches)
+        mu_h = behavior_hidden(behavior, batches)
         stats[size] = forward_stats(policy, batches, support, PassConfig(chunk_tokens=16),
-                                    behaviour, mu_h)
+                                    behavior, mu_h)
     a, b = stats[1], stats[8]
     assert torch.allclose(a.logp_s[support.valid], b.logp_s[support.valid], atol=LOGPROB_ATOL)
     assert torch.allclose(a.sum_pi2, b.sum_pi2, atol=PROB_ATOL)
@@ -131,15 +131,15 @@ def test_lengths_vary_so_padding_is_exercised(batch):
     assert (b.attention_mask == 0).float().mean() > 0.2
 
 
-def test_exact_stats_and_dkl_exact_finite_difference(policy, behaviour, batch):
+def test_exact_stats_and_dkl_exact_finite_difference(policy, behavior, batch):
     """dkl_exact equals a central difference of KL(µ ‖ softmax(z + ηv)), v = e_k − π,
     on the model's real logits; kl_exact equals the naive full-vocabulary KL."""
     sb, support = batch
     batches = micro_batches(sb.prompts, sb.responses, 4)
-    got = forward_stats(policy, batches, support, PassConfig(chunk_tokens=5), behaviour,
-                        behaviour_hidden(behaviour, batches))
+    got = forward_stats(policy, batches, support, PassConfig(chunk_tokens=5), behavior,
+                        behavior_hidden(behavior, batches))
     z = model_logits(policy, sb).double()
-    lmu = torch.log_softmax(model_logits(behaviour, sb).double(), -1)
+    lmu = torch.log_softmax(model_logits(behavior, sb).double(), -1)
     k = support.ids[:, 0]
     pi = torch.softmax(z, -1)
     v = torch.nn.functional.one_hot(k, z.shape[1]).double() - pi

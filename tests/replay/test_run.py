@@ -22,7 +22,7 @@ import torch
 
 from pdm_replay.masks import MASKS
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from pdm_replay.schema import UPDATES_V1
 
 SMALL = dict(seeds=2, batch_size=6, micro_batch_size=4, lr=1e-3, chunk_tokens=16)
@@ -47,9 +47,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def exact_run(tmp_path_factory, replay_log, model_dir, behaviour_dir):
+def exact_run(tmp_path_factory, replay_log, model_dir, behavior_dir):
     out = tmp_path_factory.mktemp("runs") / "exact"
-    return run_replay(config(replay_log, model_dir, out, behavior_checkpoint=behaviour_dir))
+    return run_replay(config(replay_log, model_dir, out, behavior_checkpoint=behavior_dir))
 
 
 def test_layout_manifest_and_tables(exact_run, replay_log, model_dir):
@@ -114,9 +114,9 @@ def test_support_lists_match_scalar_columns(exact_run, replay_log):
 
 def test_seeds_draw_different_batches_and_same_seed_is_identical(exact_run, tmp_path,
                                                                    replay_log, model_dir,
-                                                                   behaviour_dir):
+                                                                   behavior_dir):
     again = run_replay(config(replay_log, model_dir, tmp_path / "again",
-                              behavior_checkpoint=behaviour_dir))
+                              behavior_checkpoint=behavior_dir))
     a, b = read_run(exact_run.run_dir, 2), read_run(again.run_dir, 2)
     for kind in ("tokens", "updates"):
         for x, y in zip(a[kind], b[kind]):
@@ -137,7 +137,7 @@ def test_resume_skips_finished_seeds(exact_run, tmp_path, replay_log, model_dir)
 DRIVER = textwrap.dedent("""
     import pathlib, sys, time, torch
     torch.set_num_threads(1)
-    from pdm_replay.replay import run as run_mod
+    from pdm_replay.commands import replay as run_mod
     from pdm_replay.replay.config import ReplayConfig
     log, ckpt, out, sentinel = map(pathlib.Path, sys.argv[1:5])
     write = run_mod.write_table_atomic
@@ -181,7 +181,7 @@ def test_sigkill_mid_seed_then_resume_equals_uninterrupted(tmp_path, replay_log,
 
 
 def test_failure_mid_run_marks_manifest_failed(tmp_path, replay_log, model_dir, monkeypatch):
-    from pdm_replay.replay import run as run_mod
+    from pdm_replay.commands import replay as run_mod
     real = run_mod.seed_batch
 
     def fail_on_seed_1(index, batch_size, seed, vocab, **kw):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from pdm_replay.replay.seeds import SeedPlan
 
 pytestmark = pytest.mark.filterwarnings(

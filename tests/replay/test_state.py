@@ -9,7 +9,7 @@ import pytest
 
 from pdm_replay.replay.config import FieldError, ReplayConfig, default_json
 from pdm_replay.replay.manifest import COMPLETE, FAILED, RUNNING, Finish, Manifest
-from pdm_replay.replay.records import SeedRecord
+from pdm_replay.replay.seed_records import SeedRecord
 
 
 def _cfg(**kw) -> ReplayConfig:

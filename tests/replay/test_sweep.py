@@ -10,7 +10,7 @@ import pytest
 
 from pdm_replay.masks import Thresholds
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from pdm_replay.replay.sweep import Sweep, parse_values, trainer_variant, variants
 
 pytestmark = pytest.mark.filterwarnings(

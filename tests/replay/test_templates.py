@@ -12,7 +12,7 @@ from replay_helpers import LOG_CFG, save_tiny
 
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 from pdm_replay.replay.templates import check_template
 from tolerances import LOGPROB_ATOL
 

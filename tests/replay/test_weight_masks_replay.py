@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 
 from pdm_replay.masks import Thresholds
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.run import run_replay
+from pdm_replay.commands.replay import run_replay
 
 UPDATES = ("none", "tis", "cispo", "seq_tis", "gspo", "rs_seq_mean_k3")
 

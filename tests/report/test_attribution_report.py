@@ -29,7 +29,7 @@ import pytest
 
 from report_fixtures import MASK_NAMES, updates_table, write_run
 
-from pdm_replay.report import attribution as attr
+from pdm_replay.report import attribution_report as attr
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
 from pdm_replay.report.render import render_markdown

@@ -7,9 +7,9 @@ import pytest
 
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.masks import Thresholds, mask_pairs
-from pdm_replay.report.certificates import certificate_summary
+from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import connect
-from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.schema import keep_column
 
 
@@ -29,7 +29,7 @@ def test_certificate_summary_matches_polars(tmp_path: Path) -> None:
     assert row["agg_inside_share"] == pytest.approx(inside.height / df.height, abs=0.0)
     # the uniform estimate always lies inside: µ_tail/(n−m) <= max unseen µ <= cap
     assert row["uniform_inside_share"] == 1.0
-    assert row["exact_inside_share"] is None  # no behaviour checkpoint, no dkl_exact
+    assert row["exact_inside_share"] is None  # no behavior checkpoint, no dkl_exact
     # one scope per KL pair of the registry, named from the pair, in registry order
     pairs = [p for p in mask_pairs() if p.family == "kl"]
     assert got["scope"].to_list()[1:] == [f"disagreement_{p.other}" for p in pairs if

@@ -20,7 +20,7 @@ from pdm_replay.masks import Thresholds
 from pdm_replay.report import api
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
-from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.schema import UPDATES_V1
 
 runner = CliRunner()

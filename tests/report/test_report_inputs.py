@@ -15,8 +15,8 @@ from pdm_replay.masks import MASKS, Thresholds, comparison_pairs
 from pdm_replay.report import api
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
-from pdm_replay.report.run import discover_run
-from pdm_replay.run_masks import MasksConfig, run_masks
+from pdm_replay.report.run_info import discover_run
+from pdm_replay.commands.masks import MasksConfig, run_masks
 
 
 def test_thresholds_from_manifest_when_footer_lacks_them(tmp_path: Path) -> None:

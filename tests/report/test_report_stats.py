@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from pdm_replay.report.stats import (bootstrap_mean_ci, midranks, sign_test,
+from pdm_replay.report.paired_tests import (bootstrap_mean_ci, midranks, sign_test,
                                      wilcoxon_signed_rank)
 
 

@@ -1,5 +1,5 @@
 """The SQL sandbox: no statement of `pdm-replay sql` can write, create or delete a file,
-change a setting, or read outside the run (duckdb 2.0.1's real behaviour).
+change a setting, or read outside the run (duckdb 2.0.1's real behavior).
 
 Every attempt below is refused, and afterwards the run's files are byte-identical and no
 file appeared in or beside the run.

@@ -1,5 +1,5 @@
 """Estimators page: the aggregated- and uniform-tail KL slope estimators against the exact
-full-vocabulary slope (when the replay had a behaviour checkpoint)."""
+full-vocabulary slope (when the replay had a behavior checkpoint)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from pdm_replay.report.render import display_frame
 
 def _fidelity(run: RunRef) -> None:
     """The logged vs reloaded µ gap, which the accuracy against "exact" includes."""
-    st.subheader("µ fidelity: logged vs reloaded behaviour log-probs")
+    st.subheader("µ fidelity: logged vs reloaded behavior log-probs")
     fidelity = data(run, api.behavior_fidelity)
     if fidelity.is_empty():
         st.info("No logged-vs-reloaded µ gap: it needs a replay with `--behavior-checkpoint`.")
         return
     st.dataframe(display_frame("behavior_fidelity", fidelity), hide_index=True,
                  key="est_fidelity")
-    st.caption("\"Exact\" is the reloaded behaviour checkpoint, not the µ that was "
+    st.caption("\"Exact\" is the reloaded behavior checkpoint, not the µ that was "
                "sampled from: the accuracy above mixes the tail model's error with this "
                "gap. within_one_rounding: share of tokens whose gap is at most one "
-               "rounding of log µ(k) in the behaviour dtype.")
+               "rounding of log µ(k) in the behavior dtype.")
 
 
 def _per_token(run: RunRef, has_exact: bool) -> None:

@@ -52,10 +52,10 @@ def _validate(run: RunRef) -> None:
 
 
 def render() -> None:
-    run = open_page("Log health", "Is the logged behaviour distribution usable: top-K mass "
+    run = open_page("Log health", "Is the logged behavior distribution usable: top-K mass "
                     "coverage, mass overflow, non-finite statistics, recomputation deviation.")
     _health(run)
-    st.subheader("Top-K mass coverage", help="mu_mass = 1 − µ tail: the behaviour mass the "
+    st.subheader("Top-K mass coverage", help="mu_mass = 1 − µ tail: the behavior mass the "
                  "logged top-K covers; pi_mass: the same for π_pre.")
     st.dataframe(data(run, dapi.mass_quantiles), hide_index=True, key="health_mass")
     hist = data(run, dapi.value_histogram, column="mu_mass", bins=40, log=False)

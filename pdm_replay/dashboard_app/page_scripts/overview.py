@@ -31,7 +31,7 @@ def _manifest(run: RunRef) -> None:
     cols[3].metric("Tokens", f"{health['n_tokens']:,}")
     cols[4].metric("Update rows", f"{health['n_update_rows']:,}")
     st.markdown(f"**Checkpoint** `{config.get('checkpoint', 'n/a')}` · **log** "
-                f"`{config.get('log', 'n/a')}` · **behaviour checkpoint** "
+                f"`{config.get('log', 'n/a')}` · **behavior checkpoint** "
                 f"`{config.get('behavior_checkpoint') or 'none'}` · **source** `{info.source}`")
     with st.expander("Manifest: config, versions, log metadata"):
         left, right = st.columns(2)

@@ -1,6 +1,6 @@
 """Attribution page: why a direction predictor's sign was wrong on out-of-region KL tokens,
 split into parameter-space geometry, cross-token interference and curvature
-(:mod:`pdm_replay.report.attribution`)."""
+(:mod:`pdm_replay.report.attribution_report`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import streamlit as st
 
 from pdm_replay.dashboard_app import attribution_charts as charts
 from pdm_replay.dashboard_app.state import data, open_page, run_info
-from pdm_replay.report import attribution as attr
+from pdm_replay.report import attribution_report as attr
 
 SPLIT_HELP = ("For each out-of-region KL token with Â ≠ 0 kept by the update, the chain "
               "predicted sign → self term (the token's own gradient, parameter space) → "

@@ -73,7 +73,7 @@ class Rows:
     counts what the parser repaired (``{"what": n}``), reported once per run.
     """
 
-    rows: list[dict] | pa.Table | Any  # Any: a PaddedBatch
+    rows: list[dict] | pa.Table | Any  # Any: a PaddedRollouts
     where: list[Location]
     sampling: dict[str, Any] = field(default_factory=dict)
     zero_padded: bool = False

@@ -1,4 +1,4 @@
-"""rollout/v1-typed Arrow rows (ragged lists) -> :class:`PaddedBatch`, naming bad samples.
+"""rollout/v1-typed Arrow rows (ragged lists) -> :class:`PaddedRollouts`, naming bad samples.
 
 JSON formats and ``columns`` produce ragged rows; this pads them so that every format
 goes through the one padding rule of :func:`pdm_replay.ingest.padded.padded_to_table`.
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pdm_replay.ingest.padded import PaddedBatch
+from pdm_replay.ingest.padded import PaddedRollouts
 from pdm_replay.io.reader import pad_ragged
 from pdm_replay.validate import ValidationReport, check_batch
 
@@ -99,7 +99,7 @@ def _flag_inner(rd: _Reader, lengths: np.ndarray, a: np.ndarray, b: np.ndarray,
             f"but {names[1]} has {b[i, first[i]]}")
 
 
-def table_to_padded(table: pa.Table) -> tuple[PaddedBatch, dict[int, str]]:
+def table_to_padded(table: pa.Table) -> tuple[PaddedRollouts, dict[int, str]]:
     """Pad rollout/v1-typed rows; ``{row: reason}`` names rows that must be rejected."""
     rd = _Reader(table)
     for name in REQUIRED:
@@ -111,7 +111,7 @@ def table_to_padded(table: pa.Table) -> tuple[PaddedBatch, dict[int, str]]:
     width = None if ids is None else ids.shape[2]
     lps, n_lps, _ = _nested(rd, "topk_logprobs", lengths, -np.inf, np.float64, width)
     _flag_inner(rd, lengths, n_ids, n_lps, ("topk_ids", "topk_logprobs"), has_topk)
-    batch = PaddedBatch(
+    batch = PaddedRollouts(
         sample_id=[s if s is not None else "" for s in rd.col("sample_id").to_pylist()],
         step=pc.fill_null(rd.col("step"), 0).to_numpy(zero_copy_only=False),
         response_ids=resp, lengths=lengths,
@@ -122,7 +122,7 @@ def table_to_padded(table: pa.Table) -> tuple[PaddedBatch, dict[int, str]]:
     return batch, rd.problems
 
 
-def _optional(rd: _Reader, batch: PaddedBatch, lengths: np.ndarray, n_ids: np.ndarray,
+def _optional(rd: _Reader, batch: PaddedRollouts, lengths: np.ndarray, n_ids: np.ndarray,
               width: int | None) -> None:
     """Fill the optional fields of ``batch`` (and ``batch.present``) from ``rd``."""
     for name, fill, dtype in (("loss_mask", True, np.bool_),

@@ -3,7 +3,7 @@
 A replay with ``--attribution`` (the default) writes per update and token the linear term
 ``delta_kl_lin = ⟨∇_θ D_t, Δθ⟩``, the rest ``delta_kl_curv`` and, for SGD on a token
 sample, the token's own gradient's share ``delta_kl_self`` (see
-:mod:`pdm_replay.replay.attribution`). On out-of-region KL tokens (Â ≠ 0) each predictor's
+:mod:`pdm_replay.replay.attribution_pass`). On out-of-region KL tokens (Â ≠ 0) each predictor's
 sign errors against the realized ΔD_kl are split along the chain
 predicted → self → linear → realized (views in ``sql/views_attribution.sql``):
 

@@ -40,23 +40,23 @@ from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.math.segments import Segments
 from pdm_replay.replay import manifest as mf
-from pdm_replay.replay import records as rec
+from pdm_replay.replay import seed_records as rec
 from pdm_replay.replay.actual import ACTUAL, actual_columns
-from pdm_replay.replay.attribution import SeedAttribution, seed_attribution
-from pdm_replay.replay.batching import PaddedBatch, micro_batches
+from pdm_replay.replay.attribution_pass import SeedAttribution, seed_attribution
+from pdm_replay.replay.batching import MicroBatch, micro_batches
 from pdm_replay.replay.checkpoint import DTYPES
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.context import ModelSlot, ReplayContext
 from pdm_replay.replay.data import seed_batch
 from pdm_replay.replay.distributed import LOCAL, Dist, finish_seed, lockstep, shard_seed_batch
 from pdm_replay.replay.forward import (LossInputs, PassConfig, accumulate_gradients,
-                                       behaviour_hidden, forward_stats)
+                                       behavior_hidden, forward_stats)
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.models import behaviour_dtype, input_hashes, load_run_inputs, templated
+from pdm_replay.replay.models import behavior_dtype, input_hashes, load_run_inputs, templated
 from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, variant_footer
 from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
-from pdm_replay.replay.tables import (PreUpdate, log_support, post_columns, pre_update,
+from pdm_replay.replay.outputs import (PreUpdate, log_support, post_columns, pre_update,
                                       tokens_part, updates_part)
 from pdm_replay.threads import (ThreadChoice, choose_threads, cpu_budget, torch_threads,
                                 wait_policy_record)
@@ -95,7 +95,7 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
 
 
 def _simulate(ctx: ReplayContext, mask_weight: torch.Tensor, pre: PreUpdate,
-              batches: list[PaddedBatch], inputs: LossInputs, loss_mask: torch.Tensor,
+              batches: list[MicroBatch], inputs: LossInputs, loss_mask: torch.Tensor,
               mu_hidden: list[torch.Tensor] | None,
               attr: SeedAttribution | None = None,
               info: StepInfo | None = None) -> dict[str, torch.Tensor | pa.Array]:
@@ -114,7 +114,7 @@ def _simulate(ctx: ReplayContext, mask_weight: torch.Tensor, pre: PreUpdate,
         optimizer=ctx.models.optimizer(ctx.cfg.optimizer), lr=ctx.models.lr(ctx.cfg.lr),
         grad_reduce=ctx.grad_reduce, info=info,
         measure=lambda snap: (forward_stats(ctx.policy, batches, pre.support, ctx.pass_cfg,
-                                            ctx.behaviour, mu_hidden),
+                                            ctx.behavior, mu_hidden),
                               snap.delta() if attr else None))
     cols = post_columns(pre, post)
     if attr is not None:  # Δθ kept past the restore: the linear term is taken at θ
@@ -128,7 +128,7 @@ class Group:
 
     flat: FlatTokens
     samples: int
-    batches: list[PaddedBatch]
+    batches: list[MicroBatch]
     pre: PreUpdate
     mu_hidden: list[torch.Tensor] | None
     tokens: pa.Table
@@ -145,8 +145,8 @@ def _pre_pass(ctx: ReplayContext, seed: int, rows: np.ndarray) -> Group:
     batches = lockstep(micro_batches(sb.prompts, sb.responses, ctx.cfg.micro_batch_size),
                        ctx.dist)
     support, mu = log_support(flat)
-    mu_hidden = behaviour_hidden(ctx.behaviour, batches) if ctx.behaviour else None
-    pi = forward_stats(ctx.policy, batches, support, ctx.pass_cfg, ctx.behaviour, mu_hidden)
+    mu_hidden = behavior_hidden(ctx.behavior, batches) if ctx.behavior else None
+    pi = forward_stats(ctx.policy, batches, support, ctx.pass_cfg, ctx.behavior, mu_hidden)
     pre = pre_update(flat, support, mu, pi, ctx.policy.vocab_size)
     tokens = tokens_part(flat, pre, ctx.record_masks, seed, ctx.cfg.thresholds,
                          {"vocab_size": str(ctx.policy.vocab_size),
@@ -186,7 +186,7 @@ def _replay_group(ctx: ReplayContext, seed: int, rows: np.ndarray,
     if ctx.models.next_policy is not None:
         t1 = time.perf_counter()
         cols = actual_columns(ctx.policy, ctx.models.next_policy, ctx.snapshot.params,
-                              g.batches, g.pre, ctx.pass_cfg, ctx.behaviour, g.mu_hidden, attr)
+                              g.batches, g.pre, ctx.pass_cfg, ctx.behavior, g.mu_hidden, attr)
         keep = ctx.trainer_mask.keep(g.pre.stats, seqs)  # type: ignore[union-attr]
         parts.append(updates_part(flat, seed, ACTUAL, keep, cols))
         timings[f"update_{ACTUAL}_s"] = time.perf_counter() - t1
@@ -232,7 +232,7 @@ def run_summary(layout: mf.RunLayout, seeds: list[int], doc: dict) -> list[dict]
     # Imported here, after the seeds: DuckDB and polars cost ~0.4 s of start-up (issue 20).
     from pdm_replay.report.db import connect
     from pdm_replay.report.headline import headline
-    from pdm_replay.report.run import discover_run
+    from pdm_replay.report.run_info import discover_run
     info = dataclasses.replace(discover_run(layout.root), manifest=doc)
     with connect(info) as db:
         return headline(db).to_dicts()
@@ -285,7 +285,7 @@ def _finish(ctx: ReplayContext, doc: mf.Manifest, finished: set[int], t0: float
         doc = doc.with_seed(rec.SeedRecord.from_json(layout.read_done(s)))
     records = list(doc.seeds)
     summary = run_summary(layout, seeds, doc.to_json())
-    dtype = behaviour_dtype(cfg, ctx.meta)
+    dtype = behavior_dtype(cfg, ctx.meta)
     doc = doc.finished(mf.Finish(
         finished_at=_now(), seeds_resumed=tuple(sorted(finished)),
         recompute_deviation=rec.pool([r.deviation for r in records if r.deviation]),

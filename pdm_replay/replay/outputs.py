@@ -2,7 +2,7 @@
 
 µ always comes from the log (top-K + tail), π from the recomputation, so the replay's
 top-K columns mean exactly what the log-only ``masks`` command's do; the ``*_exact``
-columns use the behaviour checkpoint's full µ.
+columns use the behavior checkpoint's full µ.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class PreUpdate:
     stats: TokenStats
 
     def extra_columns(self) -> dict[str, np.ndarray]:
-        """``kl_exact``/``dkl_exact`` and the µ-fidelity gaps (N,) when a behaviour
+        """``kl_exact``/``dkl_exact`` and the µ-fidelity gaps (N,) when a behavior
         checkpoint was given."""
         if self.pi.exact is None:
             return {}

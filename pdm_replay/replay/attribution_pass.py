@@ -29,10 +29,10 @@ from torch import Tensor
 from pdm_replay.masks import Thresholds, apply_masks, build_masks, mask_pairs
 from pdm_replay.math.attribution import KLWeights, kl_topk_weights, self_term
 from pdm_replay.math.metrics import TokenStats
-from pdm_replay.replay.batching import PaddedBatch
+from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.distributed import LOCAL, Dist
-from pdm_replay.replay.tables import PreUpdate
+from pdm_replay.replay.outputs import PreUpdate
 from pdm_replay.replay.tangent import (TangentPass, current_params, parameter_names,
                                        sequence_batches)
 
@@ -95,7 +95,7 @@ def shard_sample(counts: list[int], rank: int, sample_size: int, seed: int) -> n
     return np.sort(picks[(picks >= start) & (picks < start + counts[rank])] - start)
 
 
-def _offsets(batches: list[PaddedBatch]) -> list[int]:
+def _offsets(batches: list[MicroBatch]) -> list[int]:
     return np.cumsum([0] + [b.n_tokens for b in batches]).tolist()
 
 
@@ -105,7 +105,7 @@ class SeedAttribution:
     with its gradient inner products ``dots`` at θ."""
 
     tangent: TangentPass
-    batches: list[PaddedBatch]
+    batches: list[MicroBatch]
     weights: KLWeights  # (N,)
     names: list[str]  # functional_call names of the snapshot's parameters, in order
     advantage: Tensor  # (N,) float64
@@ -146,7 +146,7 @@ class SeedAttribution:
         return cols
 
 
-def sample_dots(tangent: TangentPass, batches: list[PaddedBatch], weights: KLWeights,
+def sample_dots(tangent: TangentPass, batches: list[MicroBatch], weights: KLWeights,
                 sample: np.ndarray, advantage: Tensor,
                 memory_bytes: int = GRADIENT_MEMORY_BYTES) -> Tensor:
     """``⟨∇D_t, ∇log π_k,t⟩`` at θ ``(n,)`` for the ``sample`` tokens (0 where Â = 0: the
@@ -173,7 +173,7 @@ def sample_dots(tangent: TangentPass, batches: list[PaddedBatch], weights: KLWei
 
 
 def seed_attribution(policy: Policy, params: list[torch.nn.Parameter],
-                     batches: list[PaddedBatch], pre: PreUpdate, loss_mask: np.ndarray,
+                     batches: list[MicroBatch], pre: PreUpdate, loss_mask: np.ndarray,
                      logp_behavior: Tensor, *, seed: int, optimizer: str, lr: float,
                      sample_size: int, thresholds: Thresholds, temperature: float,
                      chunk_tokens: int, dist: Dist = LOCAL) -> SeedAttribution:

@@ -4,7 +4,7 @@ From the logged support, the full-vocabulary Ḋ_kl lies in ``[dkl_lo, dkl_hi]``
 (:mod:`pdm_replay.math.certificates`). A token is ``away`` or ``toward`` when sign(Â)·Ḋ
 has one sign over the whole interval (no unseen tail could change the prediction) and
 ``uncertain`` otherwise. The summary also says how often the aggregated / uniform
-estimates (and, with a behaviour checkpoint, the exact value) fall inside the interval.
+estimates (and, with a behavior checkpoint, the exact value) fall inside the interval.
 
 Examples
 --------

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.replay.tables import PreUpdate, behavior_gaps
+from pdm_replay.replay.outputs import PreUpdate, behavior_gaps
 
 STAT_KEYS = ("deviation", "behavior_gap", "behavior_gap_max")
 
@@ -127,7 +127,7 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 def behavior_fidelity(records: list[SeedRecord], dtype_name: str, dtype: torch.dtype) -> dict | None:
     """Manifest ``behavior_fidelity``: logged vs reloaded µ over every loss token, beside
-    the behaviour dtype's unit roundoff u (a log-prob ℓ rounded once moves by up to u·|ℓ|;
+    the behavior dtype's unit roundoff u (a log-prob ℓ rounded once moves by up to u·|ℓ|;
     logits z by u·|z|, which can move log-probs by about 2u·max|z|)."""
     gap = pool([r.behavior_gap for r in records if r.behavior_gap is not None])
     if gap is None:
@@ -142,7 +142,7 @@ def behavior_fidelity(records: list[SeedRecord], dtype_name: str, dtype: torch.d
 def group_record(flat: FlatTokens, pre: PreUpdate, samples: int, timings: dict,
                  step_info: dict) -> GroupRecord:
     """One step group's record: counts, timings, |recomputed − logged log π(k)| and, with
-    a behaviour checkpoint, |reloaded − logged log µ| (at k; the max over S), over the
+    a behavior checkpoint, |reloaded − logged log µ| (at k; the max over S), over the
     loss tokens."""
     sel = flat.loss_mask
     train = flat.train_logprobs
