@@ -57,7 +57,7 @@ def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
     """
     if flat.train_logprobs is None or flat.train_topk_logprobs is None:
         raise ValueError("log-only metrics need train_logprobs and train_topk_logprobs")
-    parts = [log_pair_sums(flat.select(slice(s, s + SUPPORT_CHUNK)), known_unique=validated)
+    parts = [log_pair_sums(flat.take(slice(s, s + SUPPORT_CHUNK)), known_unique=validated)
              for s in range(0, max(len(flat), 1), SUPPORT_CHUNK)]
     sums = parts[0] if len(parts) == 1 else PairSums.cat(parts)
     return token_stats(sums, torch.from_numpy(flat.advantage), vocab_size,

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pdm_replay.errors import reading
+from pdm_replay.math.rows import take_rows
 from pdm_replay.schema import RolloutMeta
 
 PAD_ID = -1
@@ -240,10 +241,10 @@ class FlatTokens:
     def __len__(self) -> int:
         return len(self.token_id)
 
-    def select(self, keep: np.ndarray | slice) -> "FlatTokens":
-        """Tokens where ``keep`` ((N,) bool, or a slice) selects."""
-        return FlatTokens(**{k: (v[keep] if v is not None else None)
-                             for k, v in self.__dict__.items()})
+    def take(self, index: np.ndarray | slice) -> "FlatTokens":
+        """The tokens ``index`` ((N,) bool, positions or a slice) selects
+        (:func:`~pdm_replay.math.rows.take_rows`)."""
+        return take_rows(self, index)
 
 
 def _topk_values(col: pa.Array, index: RaggedIndex, logged_pad: np.ndarray | None

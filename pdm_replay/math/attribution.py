@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pdm_replay.math.rows import take_rows
 from pdm_replay.math.support import LOG_FLOOR, Reduced
 
 
@@ -47,8 +48,9 @@ class KLWeights:
     w_s: Tensor  # (N, M), 0 at invalid slots and where log π_i is floored
     w_tail: Tensor  # (N,), 0 where µ_tail = 0 or log π_tail is floored
 
-    def __getitem__(self, index: slice | Tensor) -> "KLWeights":
-        return KLWeights(self.w_s[index], self.w_tail[index])
+    def take(self, index: slice | Tensor) -> "KLWeights":
+        """The weights of some of the tokens (:func:`~pdm_replay.math.rows.take_rows`)."""
+        return take_rows(self, index)
 
     def to(self, device: torch.device | str) -> "KLWeights":
         return KLWeights(self.w_s.to(device), self.w_tail.to(device))

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pdm_replay.math.rows import take_rows
+
 if TYPE_CHECKING:
     from pdm_replay.math.sums import PairSums
 
@@ -55,6 +57,10 @@ class Support:
 
     ids: Tensor  # (N, M) int64, PAD (-1) or duplicates where not valid
     valid: Tensor  # (N, M) bool
+
+    def take(self, index: slice | Tensor) -> "Support":
+        """The support of some of the tokens (:func:`~pdm_replay.math.rows.take_rows`)."""
+        return take_rows(self, index)
 
     @cached_property
     def size(self) -> Tensor:
@@ -150,10 +156,9 @@ class Reduced:
     def logp_k(self) -> Tensor:
         return self.logp[:, 0]
 
-    def rows(self, rows: slice) -> "Reduced":
-        """The same distribution for a slice of the tokens (views, no copy)."""
-        return Reduced(p=self.p[rows], logp=self.logp[rows], tail=self.tail[rows],
-                       log_tail=self.log_tail[rows], mass=self.mass[rows])
+    def take(self, index: slice | Tensor) -> "Reduced":
+        """The same distribution for some of the tokens (a slice: views, no copy)."""
+        return take_rows(self, index)
 
 
 def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
@@ -218,7 +223,7 @@ def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Te
     gather_support_logprobs(support, *mu, out=both[0])
     gather_support_logprobs(support, *pi, out=both[1])
     red = reduce_logprobs(both.view(2 * n, m))
-    return ReducedPair(support, red.rows(slice(0, n)), red.rows(slice(n, 2 * n)))
+    return ReducedPair(support, red.take(slice(0, n)), red.take(slice(n, 2 * n)))
 
 
 def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:

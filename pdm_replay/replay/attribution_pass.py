@@ -123,7 +123,7 @@ class SeedAttribution:
         for batch, lo, hi in zip(self.batches, bounds[:-1], bounds[1:]):
             d_s, d_tail = self.tangent.directional_logprobs(batch, slice(lo, hi), primals,
                                                             tangents)
-            out.append(self.weights[lo:hi].apply(d_s.double().cpu(), d_tail.double().cpu()))
+            out.append(self.weights.take(slice(lo, hi)).apply(d_s.double().cpu(), d_tail.double().cpu()))
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
     def columns(self, delta: list[Tensor], realized: Tensor, weight: Tensor,
@@ -157,7 +157,7 @@ def sample_dots(tangent: TangentPass, batches: list[MicroBatch], weights: KLWeig
     wanted = {int(t): j for j, t in enumerate(sample) if advantage[int(t)] != 0}
     bounds = _offsets(batches)
     def d_fn(lp_s, lp_tail, rows):
-        return weights[rows].apply(lp_s, lp_tail)
+        return weights.take(rows).apply(lp_s, lp_tail)
     def k_fn(lp_s, lp_tail, rows):
         return lp_s[:, 0]
     for batch, lo in zip(batches, bounds[:-1]):

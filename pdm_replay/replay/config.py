@@ -192,10 +192,10 @@ class ReplayConfig:
                   (self.seed_by in SEED_BY, f"{{seed_by}} must be one of {', '.join(SEED_BY)}"),
                   (self.attribution_sample >= 0, "{attribution_sample} must be >= 0"),
                   (self.threads is None or self.threads >= 1, "{threads} must be >= 1"),
-                  (self.optimizer in OPTIMIZERS, f"{{optimizer}} must be one of {OPTIMIZERS}"),
-                  (self.dtype in DTYPES, f"{{dtype}} must be one of {tuple(DTYPES)}"),
+                  (self.optimizer in OPTIMIZERS, f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}"),
+                  (self.dtype in DTYPES, f"{{dtype}} must be one of {', '.join(DTYPES)}"),
                   (self.behavior_dtype in (None, *DTYPES),
-                   f"{{behavior_dtype}} must be one of {tuple(DTYPES)}"),
+                   f"{{behavior_dtype}} must be one of {', '.join(DTYPES)}"),
                   (len(self.update_masks) > 0, "{update_masks} names no mask")]
         for ok, template in checks:
             if not ok:
@@ -248,20 +248,20 @@ def flag(name: str) -> str:
 
 class FieldError(ValueError):
     """An invalid option, named by field: ``template`` holds ``{field}`` placeholders.
-    ``fields`` names them (``field`` the first); :meth:`render` spells them with any
-    naming (the CLI: its flags); ``str()`` spells them as flags, the options' public
-    names.
+    ``fields`` names them (``field`` the first); ``str()`` spells them as the config's
+    field names and :meth:`render` with any other naming (the CLI maps them to its flags,
+    ``cli.replay.error_text``).
 
     >>> err = FieldError("{seeds} must be >= 1")
-    >>> err.field, err.render(str), str(err)
-    ('seeds', 'seeds must be >= 1', '--seeds must be >= 1')
+    >>> err.field, err.render(flag), str(err)
+    ('seeds', '--seeds must be >= 1', 'seeds must be >= 1')
     """
 
     def __init__(self, template: str) -> None:
         self.template = template
         self.fields = tuple(n for _, n, _, _ in string.Formatter().parse(template) if n)
         self.field = self.fields[0] if self.fields else None
-        super().__init__(self.render(flag))
+        super().__init__(self.render(str))
 
     def render(self, name: Callable[[str], str]) -> str:
         return self.template.format(**{f: name(f) for f in self.fields})

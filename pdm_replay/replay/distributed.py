@@ -261,7 +261,7 @@ def shard_seed_batch(sb: SeedBatch, dist: Dist) -> SeedBatch:
     bounds = shard_bounds(costs, dist.world_size)
     lo, hi = bounds[dist.rank], bounds[dist.rank + 1]
     t_lo, t_hi = np.searchsorted(sb.flat.row, [lo, hi])  # tokens are in row order
-    return SeedBatch(flat=sb.flat.select(slice(int(t_lo), int(t_hi))),
+    return SeedBatch(flat=sb.flat.take(slice(int(t_lo), int(t_hi))),
                      prompts=sb.prompts[lo:hi], responses=sb.responses[lo:hi],
                      sample_ids=sb.sample_ids[lo:hi])
 

@@ -39,10 +39,6 @@ def _slices(batches: list[MicroBatch]) -> list[slice]:
     return out
 
 
-def _support_slice(support: Support, sl: slice) -> Support:
-    return Support(ids=support.ids[sl], valid=support.valid[sl])
-
-
 @torch.no_grad()
 def behavior_hidden(policy: Policy, batches: list[MicroBatch]) -> list[Tensor]:
     """Hidden states of the behavior model, one ``(N_b, H)`` per micro-batch (cached: µ
@@ -61,7 +57,7 @@ def forward_stats(policy: Policy, batches: list[MicroBatch], support: Support,
     parts = []
     for i, (batch, sl) in enumerate(zip(batches, _slices(batches))):
         h_mu = mu_hidden[i] if mu_hidden is not None else None
-        stats = support_stats(policy.hidden(batch), policy.head, _support_slice(support, sl),
+        stats = support_stats(policy.hidden(batch), policy.head, support.take(sl),
                               temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens,
                               hidden_mu=h_mu, head_mu=behavior.head if behavior else None)
         parts.append(_to_cpu(stats))

@@ -170,7 +170,7 @@ def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
     select = torch.tensor([0, 2, positions.size - 1])
     rows = torch.from_numpy(positions[select.numpy()])
     assert int(rows[0]) == offset
-    d_fn = lambda lp_s, lp_tail, r: attr.weights[r].apply(lp_s, lp_tail)  # noqa: E731
+    d_fn = lambda lp_s, lp_tail, r: attr.weights.take(r).apply(lp_s, lp_tail)  # noqa: E731
     k_fn = lambda lp_s, lp_tail, r: lp_s[:, 0]  # noqa: E731
     prim = current_params(policy)
     grouped = attr.tangent.gradient_dots(row, rows, select, d_fn, k_fn, prim, 2 ** 31)

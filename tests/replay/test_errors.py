@@ -152,7 +152,7 @@ def test_resume_with_different_options_or_checkpoint(tmp_path, replay_log, model
 def test_bad_options():
     with pytest.raises(ValueError, match="unknown mask"):
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"), update_masks=["x"])
-    with pytest.raises(ValueError, match="--optimizer"):
+    with pytest.raises(ValueError, match="optimizer must be one of adam, sgd"):
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"), optimizer="lion")
 
 

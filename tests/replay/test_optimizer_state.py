@@ -148,6 +148,6 @@ def test_unsafe_or_foreign_files_are_refused(tmp_path, model_dir):
 
 
 def test_optimizer_state_needs_adam():
-    with pytest.raises(ValueError, match="--optimizer adam"):
+    with pytest.raises(ValueError, match="optimizer adam"):
         ReplayConfig(log=Path("l"), checkpoint=Path("c"), out=Path("o"),
                      optimizer_state=Path("s.pt"), optimizer="sgd")

@@ -60,7 +60,7 @@ def test_seed_record_round_trips_its_done_marker() -> None:
 def test_config_errors_name_fields() -> None:
     with pytest.raises(FieldError) as info:
         _cfg(seeds=0)
-    assert info.value.field == "seeds" and info.value.render(str) == "seeds must be >= 1"
+    assert info.value.field == "seeds" and str(info.value) == "seeds must be >= 1"
     with pytest.raises(FieldError) as info:
         _cfg(optimizer_state=Path("s.pt"), optimizer="sgd")
     assert info.value.fields == ("optimizer_state", "optimizer")
