@@ -10,11 +10,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from pdm_replay.cli.common import choices
-from pdm_replay.replay.config import OPTION
-
-
-def _flag(f: dataclasses.Field) -> str:
-    return f.metadata[OPTION].get("flag", "--" + f.name.replace("_", "-"))
+from pdm_replay.replay.config import OPTION, field_flag
 
 
 def _annotation(f: dataclasses.Field, hint: Any) -> Any:
@@ -43,7 +39,7 @@ def _parameter(f: dataclasses.Field, hint: Any, shared: dict[str, Any]) -> inspe
     extra = {}
     if spec.get("names") and f.default:
         default, extra["show_default"] = ",".join(f.default), ", ".join(f.default)
-    decls = [_flag(f) + (f"/{spec['secondary']}" if "secondary" in spec else "")]
+    decls = [field_flag(f) + (f"/{spec['secondary']}" if "secondary" in spec else "")]
     decls += [spec["short"]] if "short" in spec else []
     bounds = {k: spec[k] for k in ("min", "max") if k in spec}
     option = typer.Option(default, *decls, help=spec["help"], **bounds, **extra)

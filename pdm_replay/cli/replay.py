@@ -140,17 +140,7 @@ THRESHOLD_PARAMS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_
 def error_text(exc: Exception) -> str:
     """An error as the CLI says it: a config error's fields spelled as this command's flags
     (the one place field names become flags)."""
-    return exc.render(cli_flag) if isinstance(exc, FieldError) else str(exc)
-
-
-def cli_flag(field_name: str) -> str:
-    """The flag of a ReplayConfig field (the parameter's first long option)."""
-    import typer.main
-    command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
-    for param in command.params:
-        if param.name == field_name:
-            return next(o for o in param.opts if o.startswith("--"))
-    return flag(field_name)
+    return exc.render(flag) if isinstance(exc, FieldError) else str(exc)
 
 
 def config_from_options(options: dict) -> ReplayConfig:

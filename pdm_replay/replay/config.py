@@ -192,7 +192,8 @@ class ReplayConfig:
                   (self.seed_by in SEED_BY, f"{{seed_by}} must be one of {', '.join(SEED_BY)}"),
                   (self.attribution_sample >= 0, "{attribution_sample} must be >= 0"),
                   (self.threads is None or self.threads >= 1, "{threads} must be >= 1"),
-                  (self.optimizer in OPTIMIZERS, f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}"),
+                  (self.optimizer in OPTIMIZERS,
+                   f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}"),
                   (self.dtype in DTYPES, f"{{dtype}} must be one of {', '.join(DTYPES)}"),
                   (self.behavior_dtype in (None, *DTYPES),
                    f"{{behavior_dtype}} must be one of {', '.join(DTYPES)}"),
@@ -238,12 +239,15 @@ def default_json() -> dict:
     return out
 
 
+def field_flag(f: dataclasses.Field) -> str:
+    """The CLI flag of an :func:`opt` field: the one mapping from field names to flags
+    (``cli.options`` declares the Typer option with it)."""
+    return f.metadata.get(OPTION, {}).get("flag", "--" + f.name.replace("_", "-"))
+
+
 def flag(name: str) -> str:
-    """The CLI flag of option ``name``: the one mapping from field names to flags."""
-    spec = ReplayConfig.__dataclass_fields__[name].metadata.get(OPTION, {})
-    return spec.get("flag", "--" + name.replace("_", "-"))
-
-
+    """The CLI flag of :class:`ReplayConfig` option ``name``."""
+    return field_flag(ReplayConfig.__dataclass_fields__[name])
 
 
 class FieldError(ValueError):

@@ -24,10 +24,14 @@ import platform
 import shutil
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pdm_replay.io.atomic import atomic_write_bytes
 from pdm_replay.errors import InputError
+from pdm_replay.io.atomic import atomic_write_bytes
 from pdm_replay.io.lock import LOCK_NAME, DirLock
+
+if TYPE_CHECKING:
+    from pdm_replay.replay.seed_records import SeedRecord
 
 VERSIONED = ("pdm_replay", "torch", "transformers", "safetensors", "tokenizers", "pyarrow",
              "numpy", "polars")
@@ -215,7 +219,7 @@ class Manifest:
     distributed: dict = field(default_factory=dict)
     threads: dict = field(default_factory=dict)
     status: str = RUNNING
-    seeds: tuple[dict, ...] = ()  # done-marker records (not written: the markers hold them)
+    seeds: tuple[SeedRecord, ...] = ()  # done markers (not written: the markers hold them)
     error: str | None = None
     failed_at: str | None = None
     finish: Finish | None = None
@@ -225,8 +229,8 @@ class Manifest:
         """A running run's manifest from what is known at its start."""
         return cls(status=RUNNING, **facts)  # type: ignore[arg-type]
 
-    def with_seed(self, record: dict) -> Manifest:
-        """Seed ``record["seed"]`` is done (its done-marker record)."""
+    def with_seed(self, record: SeedRecord) -> Manifest:
+        """Seed ``record.seed`` is done (its done-marker record)."""
         return replace(self, seeds=(*self.seeds, record))
 
     def finished(self, finish: Finish) -> Manifest:
@@ -258,7 +262,7 @@ class Manifest:
     @classmethod
     def from_json(cls, doc: dict) -> Manifest:
         """Read a manifest document (keys it lacks take their defaults)."""
-        names = {f.name for f in fields(cls)} - {"seeds", "finish", "kind"}
+        names = {f.name for f in fields(cls)} - {"seeds", "finish"}
         kw = {k: doc[k] for k in names if k in doc}
         kw.update(warnings=tuple(doc.get("warnings", ())), updates=tuple(doc.get("updates", ())))
         timings = dict(doc.get("timings", {}))
@@ -272,10 +276,7 @@ class Manifest:
                 summary=tuple(doc.get("summary", ())), seeds_s=timings.pop("seeds_s", 0.0),
                 per_seed=timings.pop("per_seed", {}))
         kw["timings"] = timings
-        return cls(config=doc.get("config", {}), hashes=doc.get("hashes", {}),
-                   started_at=doc.get("started_at", ""),
-                   **{k: v for k, v in kw.items() if k not in ("config", "hashes",
-                                                               "started_at")})
+        return cls(**{"config": {}, "hashes": {}, "started_at": "", **kw})
 
 
 def save(layout: RunLayout, manifest: Manifest) -> None:
