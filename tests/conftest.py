@@ -1,13 +1,16 @@
-"""Shared fixtures: small synthetic rollout logs."""
+"""Shared fixtures: small synthetic rollout logs, and a registry restored after user masks."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow.parquet as pq
 import pytest
 
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.masks import MASKS
 
 
 @pytest.fixture
@@ -22,6 +25,18 @@ def small_log(tmp_path: Path) -> Path:
 def small_rows(small_log: Path) -> list[dict]:
     """The rows of ``small_log`` as Python dicts, for building bad logs."""
     return pq.read_table(small_log).to_pylist()
+
+
+@pytest.fixture
+def user_registry() -> Iterator[None]:
+    """Undo a user mask module's registration afterwards: the registry is per process."""
+    before, modules = dict(MASKS), set(sys.modules)
+    yield
+    MASKS.clear()
+    MASKS.update(before)
+    for name in set(sys.modules) - modules:
+        if name.startswith("pdm_replay_user_masks_"):
+            del sys.modules[name]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow.parquet as pq
-import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli.app import app
@@ -15,18 +12,6 @@ from pdm_replay.fixtures import write_synthetic_log
 from pdm_replay.masks import MASKS, load_mask_module, mask_pairs
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_masks.py"
-
-
-@pytest.fixture
-def user_registry() -> Iterator[None]:
-    """Undo the example's registration afterwards: the registry is per process."""
-    before, modules = dict(MASKS), set(sys.modules)
-    yield
-    MASKS.clear()
-    MASKS.update(before)
-    for name in set(sys.modules) - modules:
-        if name.startswith("pdm_replay_user_masks_"):
-            del sys.modules[name]
 
 
 def test_example_module_mask_joins_masks_and_its_pair(tmp_path: Path,

@@ -22,8 +22,6 @@ True
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from pdm_replay.report.db import ReportDB
@@ -41,6 +39,7 @@ LABELS = {"mask": "mask", "family": "divergence", "keep_fraction": "keep",
           "update_mask": "update", "n_measured": "ΔD measured", "direction": "direction",
           "delta": "δ"}
 PERCENT = ("keep_fraction", "out_of_region_keep_fraction", "share_increased")
+DELTA_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_delta_d"))  # printed signed
 NO_UPDATES = ("ΔD columns are empty: this run has no simulated update (updates/v1); run "
               "`pdm-replay replay` with --update-masks naming the masks to compare (and "
               "--next-checkpoint for `actual`)")
@@ -70,23 +69,3 @@ def comparison_note(frame: pl.DataFrame, has_updates: bool) -> str | None:
         maintain_order=True).to_list()
     return NOT_SIMULATED.format(masks=", ".join(missing)) if missing else None
 
-
-def _cell(column: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "–"
-    if column in PERCENT:
-        return f"{value:.1%}"
-    if isinstance(value, float) and value == 0:
-        return "0"
-    if isinstance(value, float):
-        return f"{value:+.3g}" if column.endswith("delta_d") else f"{value:.3g}"
-    return f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else str(value)
-
-
-def comparison_display(frame: pl.DataFrame) -> pl.DataFrame:
-    """The comparison as strings under :data:`LABELS` (ΔD signed, 3 digits; "–" empty)."""
-    rows = [{LABELS[c]: _cell(c, r[c]) for c in LABELS} | (
-        {"step": str(r["step"])} if "step" in r else {}) for r in frame.to_dicts()]
-    columns = (["step"] if "step" in frame.columns else []) + list(LABELS.values())
-    return pl.DataFrame([{c: r[c] for c in columns} for r in rows],
-                        schema={c: pl.String for c in columns})

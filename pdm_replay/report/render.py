@@ -26,7 +26,7 @@ from pdm_replay.report.attribution_report import SHARE_COLUMNS
 from pdm_replay.report.certificate_report import SHARE_COLUMNS as CERT_SHARE_COLUMNS
 from pdm_replay.report.build import Report
 from pdm_replay.report.legend import LEGEND, coverage_line
-from pdm_replay.report.mask_comparison import comparison_display
+from pdm_replay.report.mask_comparison import DELTA_COLUMNS, LABELS, PERCENT
 
 DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
@@ -36,7 +36,7 @@ RATE_COLUMNS = frozenset({
     "corrective_predictive", "within_one_rounding",
     *(f"{w}_{s}_{p}" for w in ("unsafe", "corrective") for s in ("ratio", "predictive")
       for p in ("pooled", "seed_mean"))}
-) | SHARE_COLUMNS | CERT_SHARE_COLUMNS
+) | SHARE_COLUMNS | CERT_SHARE_COLUMNS | frozenset(PERCENT)
 HEADLINE_LABELS = {
     "basis": "update", "family": "family", "estimator": "estimator", "delta": "δ",
     "n_seeds": "seeds", "out_of_region_per_seed": "out of region / seed",
@@ -82,6 +82,8 @@ def format_value(column: str, value: Any) -> str:
         return f"{100 * value:+.1f} pp"
     if column.endswith("_p"):
         return f"{value:.3g}"
+    if column in DELTA_COLUMNS:  # a realized ΔD: its sign is the point
+        return f"{value:+.3g}" if value else "0"
     if column in RATE_COLUMNS:
         return f"{value:.1%}"
     return f"{value:.4g}"
@@ -95,6 +97,18 @@ def headline_display(headline: pl.DataFrame, confidence: float = 0.95) -> pl.Dat
         row.update({label: format_value(k, r[k]) for k, label in HEADLINE_LABELS.items()})
         rows.append(row)
     columns = list(rows[0]) if rows else list(HEADLINE_LABELS.values())
+    return pl.DataFrame(rows, schema={c: pl.String for c in columns})
+
+
+def mask_comparison_display(frame: pl.DataFrame) -> pl.DataFrame:
+    """The mask comparison (:mod:`pdm_replay.report.mask_comparison`) as strings under its
+    labels: ΔD signed, 3 digits; "–" where empty."""
+    rows = []
+    for r in frame.to_dicts():
+        row = {"step": str(r["step"])} if "step" in r else {}
+        row.update({label: format_value(k, r[k]) for k, label in LABELS.items()})
+        rows.append(row)
+    columns = list(rows[0]) if rows else list(LABELS.values())
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
 
 
@@ -188,7 +202,7 @@ def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
            ) -> tuple[list[str], list[list[str]]]:
     """Header and string rows of a section (headline relabelled, log health transposed)."""
     shows = {"headline": headline_display, "seed_wins": seed_wins_display,
-             "mask_comparison": lambda f, _: comparison_display(f)}
+             "mask_comparison": lambda f, _: mask_comparison_display(f)}
     if key in shows and frame.height:
         shown = shows[key](frame, confidence)
         return shown.columns, [list(r) for r in shown.rows()]

@@ -5,31 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
-from typing import Iterator
 
-import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.masks import MASKS
 from pdm_replay.replay.manifest import sha256_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "my_masks.py"
 runner = CliRunner()
-
-
-@pytest.fixture
-def user_registry() -> Iterator[None]:
-    """Undo the module's registration afterwards: the registry is per process."""
-    before, modules = dict(MASKS), set(sys.modules)
-    yield
-    MASKS.clear()
-    MASKS.update(before)
-    for name in set(sys.modules) - modules:
-        if name.startswith("pdm_replay_user_masks_"):
-            del sys.modules[name]
 
 
 def test_resume_reloads_recorded_module_and_refuses_a_changed_one(

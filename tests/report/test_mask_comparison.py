@@ -16,8 +16,8 @@ import pytest
 
 from report_fixtures import token_rows
 from pdm_replay.report.db import connect
-from pdm_replay.report.mask_comparison import (NO_UPDATES, comparison_display,
-                                               comparison_note, mask_comparison)
+from pdm_replay.report.mask_comparison import NO_UPDATES, comparison_note, mask_comparison
+from pdm_replay.report.render import mask_comparison_display
 from pdm_replay.schema import UPDATES_V1
 
 
@@ -61,7 +61,7 @@ def test_masks_output_has_counts_and_no_deltas(hand_masks_file: Path) -> None:
     assert df["update_mask"].is_null().all() and df["mean_delta_d"].is_null().all()
     assert (df["n_measured"] == 0).all()
     assert comparison_note(df, False) == NO_UPDATES
-    shown = comparison_display(df)
+    shown = mask_comparison_display(df)
     assert (shown["median ΔD"] == "–").all() and shown["keep"][0] == "100.0%"
 
 
@@ -110,7 +110,7 @@ def test_every_format_has_the_section(fmt: str, source: str, request) -> None:
         doc = json.loads(result.stdout)
         rows = doc["mask_comparison"]
         assert {(r["mask"], r["family"]) for r in rows} >= {("pdm_kl_agg", "kl"),
-                                                           ("pdm_kl_agg", "tv")}
+                                                            ("pdm_kl_agg", "tv")}
         assert all((r["median_delta_d"] is None) == masks_only for r in rows)
         assert (doc["section_notes"].get("mask_comparison") == NO_UPDATES) == masks_only
         return

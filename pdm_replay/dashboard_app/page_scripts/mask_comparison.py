@@ -12,7 +12,7 @@ from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import data, open_page, run_info
 from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.legend import LEGEND_TEXT
-from pdm_replay.report.mask_comparison import comparison_display
+from pdm_replay.report.render import mask_comparison_display
 
 FAMILIES = {"KL": "kl", "TV": "tv"}
 TERMS = ("keep", "out of region kept", "median / p10 / p90 ΔD", "ΔD > 0")
@@ -37,7 +37,7 @@ def render() -> None:
                    "divergence of out-of-region tokens shrank. `actual` is the trainer's "
                    "real step.")
     st.subheader("Every mask")
-    st.dataframe(comparison_display(frame), hide_index=True, key="mask_comparison")
+    st.dataframe(mask_comparison_display(frame), hide_index=True, key="mask_comparison")
     if why and not measured.is_empty():
         st.caption(why)
     st.markdown("\n".join(f"- **{t}**: {LEGEND_TEXT[t]}" for t in TERMS))
