@@ -1,8 +1,8 @@
 """GPU check of the replay path (issue 8); ``benchmarks/gpu_check.sh`` runs it.
 
 On one GPU: a random-init Qwen3 of the Qwen3-0.6B shape (hidden 1,024, 28 layers, 16 query
-heads of 128, 8 KV heads, MLP 3,072, vocabulary 151,936, tied embeddings; built from ``Qwen3Config``, nothing downloaded), saved
-in bfloat16, and a synthetic log of 64 samples × 512 response tokens = 32,768 loss tokens.
+heads of 128, 8 KV heads, MLP 3,072, vocabulary 151,936, tied embeddings; built from
+``Qwen3Config``, nothing downloaded), saved in bfloat16, and a synthetic log of 64 samples × 512 response tokens = 32,768 loss tokens.
 Prints, each against a baseline measured in the same run:
 
 1. recompute pass (decoder + chunked LM-head statistics at the logged supports, what

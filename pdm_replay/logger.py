@@ -143,9 +143,10 @@ class RolloutLogger:
         arrays.setdefault("loss_mask", mask)  # positions masked out are not trained on
         groups = fields.get("group_id")
         b = resp.shape[0]
-        return PaddedRollouts(sample_id=self._ids(step, b, sample_ids), step=np.full(b, int(step)),
-                           lengths=lens, **arrays,
-                           group_id=None if groups is None else [str(g) for g in _tolist(groups)])
+        group_id = None if groups is None else [str(g) for g in _tolist(groups)]
+        return PaddedRollouts(sample_id=self._ids(step, b, sample_ids),
+                              step=np.full(b, int(step)), lengths=lens, **arrays,
+                              group_id=group_id)
 
     def log_verl(self, batch: Any, step: int) -> int:
         """Log a verl ``DataProto`` (``batch.batch`` tensors + ``batch.non_tensor_batch``).

@@ -57,7 +57,7 @@ from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, varia
 from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.outputs import (PreUpdate, log_support, post_columns, pre_update,
-                                      tokens_part, updates_part)
+                                       tokens_part, updates_part)
 from pdm_replay.threads import (ThreadChoice, choose_threads, cpu_budget, torch_threads,
                                 wait_policy_record)
 

@@ -14,9 +14,9 @@ Examples
 >>> import numpy as np
 >>> from pdm_replay.schema import RolloutMeta
 >>> b = PaddedRollouts(sample_id=["a", "b"], step=np.array([0, 0]),
-...                 response_ids=np.array([[3, 4], [3, 99]]), lengths=np.array([2, 2]),
-...                 advantages=np.array([1.0, 1.0]),
-...                 behavior_logprobs=np.array([[-0.1, -0.2], [-0.1, -0.2]]))
+...                    response_ids=np.array([[3, 4], [3, 99]]), lengths=np.array([2, 2]),
+...                    advantages=np.array([1.0, 1.0]),
+...                    behavior_logprobs=np.array([[-0.1, -0.2], [-0.1, -0.2]]))
 >>> out = accept_rows(b, RolloutMeta(vocab_size=10, top_k=0), zero_padded=True, seen=set())
 >>> out.kept, out.table.num_rows, out.problems
 ((0,), 1, {1: 'pos 1: token-id-range: response token id outside [0, 10)'})

@@ -27,12 +27,13 @@ that slot.
 Examples
 --------
 >>> import numpy as np
->>> b = PaddedRollouts(sample_id=["a"], step=np.array([0]), response_ids=np.array([[0, 4, 9]]),
-...                 lengths=np.array([2]), advantages=np.array([1.0]),
-...                 behavior_logprobs=np.array([[-0.5, -0.2, 0.0]]),
-...                 topk_ids=np.array([[[0, 3, 0], [4, 0, 0], [0, 0, 0]]]),
-...                 topk_logprobs=np.array([[[-0.5, -1.5, 0.0], [-0.2, 0.0, 0.0],
-...                                          [0.0, 0.0, 0.0]]]))
+>>> b = PaddedRollouts(sample_id=["a"], step=np.array([0]),
+...                    response_ids=np.array([[0, 4, 9]]),
+...                    lengths=np.array([2]), advantages=np.array([1.0]),
+...                    behavior_logprobs=np.array([[-0.5, -0.2, 0.0]]),
+...                    topk_ids=np.array([[[0, 3, 0], [4, 0, 0], [0, 0, 0]]]),
+...                    topk_logprobs=np.array([[[-0.5, -1.5, 0.0], [-0.2, 0.0, 0.0],
+...                                             [0.0, 0.0, 0.0]]]))
 >>> table, problems = padded_to_table(b)
 >>> table.column("topk_ids").to_pylist(), problems
 ([[[0, 3], [4]]], {})

@@ -25,8 +25,10 @@ def take_rows(record: R, index: Any) -> R:
     >>> from pdm_replay.math.support import Support
     >>> s = Support(ids=torch.tensor([[5, 1], [7, -1], [2, 3]]),
     ...             valid=torch.tensor([[True, True], [True, False], [True, True]]))
-    >>> take_rows(s, slice(1, 3)).ids.tolist(), take_rows(s, torch.tensor([True, False, True])).size.tolist()
-    ([[7, -1], [2, 3]], [2, 2])
+    >>> take_rows(s, slice(1, 3)).ids.tolist()
+    [[7, -1], [2, 3]]
+    >>> take_rows(s, torch.tensor([True, False, True])).size.tolist()
+    [2, 2]
     """
     return replace(record, **{f.name: _index(getattr(record, f.name), index)
                               for f in fields(record) if f.init})  # type: ignore[arg-type]

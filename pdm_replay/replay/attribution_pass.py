@@ -14,8 +14,8 @@ For an update with actual parameter step Δθ (``snapshot.delta()``), per loss t
 The sample (per seed, drawn once, shared by every SGD update) is every KL disagreement token
 (out of region, the two masks of some KL pair of the registry,
 :func:`~pdm_replay.masks.mask_pairs`, deciding differently) plus ``sample_size`` other
-loss tokens with Â ≠ 0, drawn with a generator seeded by the replay seed. The inner products do not depend on the update, so
-they are computed once per seed, at θ.
+loss tokens with Â ≠ 0, drawn with a generator seeded by the replay seed. The inner
+products do not depend on the update, so they are computed once per seed, at θ.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ class SeedAttribution:
         for batch, lo, hi in zip(self.batches, bounds[:-1], bounds[1:]):
             d_s, d_tail = self.tangent.directional_logprobs(batch, slice(lo, hi), primals,
                                                             tangents)
-            out.append(self.weights.take(slice(lo, hi)).apply(d_s.double().cpu(), d_tail.double().cpu()))
+            out.append(self.weights.take(slice(lo, hi)).apply(d_s.double().cpu(),
+                                                              d_tail.double().cpu()))
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
     def columns(self, delta: list[Tensor], realized: Tensor, weight: Tensor,

@@ -59,7 +59,7 @@ def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
     pos = torch.arange(width).expand(len(seqs), width).contiguous()
     index = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
     return MicroBatch(input_ids=ids, attention_mask=mask, position_ids=pos,
-                       target_index=index.long())
+                      target_index=index.long())
 
 
 def micro_batches(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],

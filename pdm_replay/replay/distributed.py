@@ -270,8 +270,8 @@ def empty_batch() -> MicroBatch:
     """A one-token sequence predicting nothing: a forward that only runs the collectives."""
     one = torch.ones(1, 1, dtype=torch.long)
     return MicroBatch(input_ids=torch.zeros_like(one), attention_mask=one,
-                       position_ids=torch.zeros_like(one),
-                       target_index=torch.zeros(0, dtype=torch.long))
+                      position_ids=torch.zeros_like(one),
+                      target_index=torch.zeros(0, dtype=torch.long))
 
 
 def lockstep(batches: list[MicroBatch], dist: Dist) -> list[MicroBatch]:

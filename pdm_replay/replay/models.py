@@ -115,7 +115,7 @@ def load_step_models(cfg: ReplayConfig, meta: RolloutMeta, step: int | None,
     behavior = nxt = None
     if c.behavior_checkpoint is not None:
         behavior = _load(cfg, meta, c.behavior_checkpoint, behavior_dtype(cfg, meta),
-                          device, True)
+                         device, True)
     if c.next_checkpoint is not None:
         nxt = _load(cfg, meta, c.next_checkpoint, cfg.dtype, device, True)
         check_pair(policy, nxt)

@@ -125,7 +125,8 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def behavior_fidelity(records: list[SeedRecord], dtype_name: str, dtype: torch.dtype) -> dict | None:
+def behavior_fidelity(records: list[SeedRecord], dtype_name: str, dtype: torch.dtype
+                      ) -> dict | None:
     """Manifest ``behavior_fidelity``: logged vs reloaded µ over every loss token, beside
     the behavior dtype's unit roundoff u (a log-prob ℓ rounded once moves by up to u·|ℓ|;
     logits z by u·|z|, which can move log-probs by about 2u·max|z|)."""

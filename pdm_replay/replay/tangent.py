@@ -247,8 +247,8 @@ def sequence_batches(batch: MicroBatch) -> list[tuple[MicroBatch, np.ndarray]]:
         length = int(batch.attention_mask[b].sum())
         positions = torch.nonzero(row_of == b)[:, 0]
         single = MicroBatch(input_ids=batch.input_ids[b:b + 1, :length],
-                             attention_mask=batch.attention_mask[b:b + 1, :length],
-                             position_ids=batch.position_ids[b:b + 1, :length],
-                             target_index=batch.target_index[positions] - b * width)
+                            attention_mask=batch.attention_mask[b:b + 1, :length],
+                            position_ids=batch.position_ids[b:b + 1, :length],
+                            target_index=batch.target_index[positions] - b * width)
         out.append((single, positions.numpy()))
     return out

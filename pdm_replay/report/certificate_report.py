@@ -31,7 +31,8 @@ def certificate_summary(db: ReportDB, *, tol: float = 1e-6) -> pl.DataFrame:
     """One row per scope: ``out_of_region``, then ``disagreement_<predictive mask>`` for
     each KL pair of the registry (:func:`~pdm_replay.masks.mask_pairs`, registry order;
     ``disagreement_<ratio mask>_<predictive mask>`` where a predictive mask has two
-    partners) whose masks the run decided differently somewhere: n_tokens, n_away, n_toward, n_uncertain, uncertain_share,
+    partners) whose masks the run decided differently somewhere: n_tokens, n_away,
+    n_toward, n_uncertain, uncertain_share,
     and the share of tokens whose agg / uniform / exact slope lies in [dkl_lo, dkl_hi]
     (exact within ``tol``; null without ``dkl_exact``). Empty for runs written before
     certificates existed."""

@@ -37,10 +37,10 @@ def test_padded_and_ragged_inputs_agree() -> None:
     rows = [_row("a", [1, 2]), _row("b", [3, 11])]
     ragged = accept_rows(rows_to_table(rows, META), META, zero_padded=False, seen=set())
     batch = PaddedRollouts(sample_id=["a", "b"], step=np.zeros(2, np.int64),
-                        response_ids=np.array([[1, 2], [3, 11]]), lengths=np.array([2, 2]),
-                        advantages=np.ones(2), behavior_logprobs=np.full((2, 2), -0.5),
-                        topk_ids=np.array([[[1], [2]], [[3], [11]]]),
-                        topk_logprobs=np.full((2, 2, 1), -0.5))
+                           response_ids=np.array([[1, 2], [3, 11]]), lengths=np.array([2, 2]),
+                           advantages=np.ones(2), behavior_logprobs=np.full((2, 2), -0.5),
+                           topk_ids=np.array([[[1], [2]], [[3], [11]]]),
+                           topk_logprobs=np.full((2, 2, 1), -0.5))
     padded = accept_rows(batch, META, zero_padded=False, seen=set())
     assert padded.kept == ragged.kept == (0,)
     assert padded.problems == ragged.problems

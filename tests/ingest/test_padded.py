@@ -41,9 +41,9 @@ def zero_padded_batches(draw):
 def test_zero_padding_rule_recovers_real_entries(case) -> None:
     lengths, ids, lps, truth = case
     batch = PaddedRollouts(sample_id=[f"s{b}" for b in range(B)], step=np.zeros(B),
-                        response_ids=np.ones((B, T), np.int64), lengths=np.array(lengths),
-                        advantages=np.zeros(B), behavior_logprobs=np.full((B, T), -0.5),
-                        topk_ids=ids, topk_logprobs=lps)
+                           response_ids=np.ones((B, T), np.int64), lengths=np.array(lengths),
+                           advantages=np.zeros(B), behavior_logprobs=np.full((B, T), -0.5),
+                           topk_ids=ids, topk_logprobs=lps)
     table, problems = padded_to_table(batch, zero_padded=True)
     assert problems == {}
     got_ids, got_lps = table["topk_ids"].to_pylist(), table["topk_logprobs"].to_pylist()
@@ -60,9 +60,9 @@ def test_valid_mask_is_authoritative_and_slot_order_kept() -> None:
     lps = np.array([[[-0.3, 0.0, -0.3, 0.0], [-0.1, -1.0, -2.0, 0.0]]])
     valid = np.array([[[True, True, True, False], [True, True, True, False]]])
     b = PaddedRollouts(sample_id=["a"], step=np.zeros(1), response_ids=np.array([[5, 7]]),
-                    lengths=np.array([2]), advantages=np.ones(1),
-                    behavior_logprobs=np.array([[-0.3, -2.0]]), topk_ids=ids,
-                    topk_logprobs=lps, topk_valid=valid)
+                       lengths=np.array([2]), advantages=np.ones(1),
+                       behavior_logprobs=np.array([[-0.3, -2.0]]), topk_ids=ids,
+                       topk_logprobs=lps, topk_valid=valid)
     table, problems = padded_to_table(b)
     # the valid mask keeps (0, 0.0) at pos 0; the repeated 5 keeps its first slot; the
     # slots keep their order (the last-slot sampled 7 stays last)
@@ -85,7 +85,7 @@ def test_lengths_from_mask_keeps_inner_zeros() -> None:
 def test_shape_errors_name_the_array() -> None:
     import pytest
     b = PaddedRollouts(sample_id=["a"], step=np.zeros(1), response_ids=np.zeros((1, 3)),
-                    lengths=np.array([3]), advantages=np.zeros((1, 2)),
-                    behavior_logprobs=np.zeros((1, 3)))
+                       lengths=np.array([3]), advantages=np.zeros((1, 2)),
+                       behavior_logprobs=np.zeros((1, 3)))
     with pytest.raises(ValueError, match=r"advantages has shape \(1, 2\), expected \(1, 3\)"):
         padded_to_table(b)

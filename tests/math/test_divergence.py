@@ -111,7 +111,8 @@ def test_whole_vocabulary_support_gives_exact_values(b: Batch) -> None:
     pair = b.pair()
     assert (pair.m == b.n).all()
     torch.testing.assert_close(dv.kl_topk(pair), dv.kl_exact(b.lmu, b.lpi), rtol=1e-12, atol=1e-13)
-    torch.testing.assert_close(dv.tv_topk(pair), oracles.tv_exact(b.lmu, b.lpi), rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(dv.tv_topk(pair), oracles.tv_exact(b.lmu, b.lpi), rtol=1e-12,
+                               atol=1e-13)
 
 
 def uniform_tail_full(b: Batch, pair: ReducedPair) -> tuple[Tensor, Tensor]:

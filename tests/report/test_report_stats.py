@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from pdm_replay.report.paired_tests import (bootstrap_mean_ci, midranks, sign_test,
-                                     wilcoxon_signed_rank)
+                                            wilcoxon_signed_rank)
 
 
 def test_sign_test_by_hand() -> None:

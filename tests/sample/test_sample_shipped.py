@@ -18,7 +18,7 @@ from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.sample.make import LOG_FILE, SampleConfig, make_sample
 from pdm_replay.sample.log_checks import (DELTA_KL, MIN_DISAGREEMENTS, MIN_SEEDS, MIN_STEPS,
-                                     SEED_SAMPLES, log_statistics)
+                                          SEED_SAMPLES, log_statistics)
 from pdm_replay.validate import validate_log
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
