@@ -16,12 +16,11 @@ is the target of ``--lr auto``.
 
 from __future__ import annotations
 
-import math
-
 import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from pdm_replay.math.norms import distance
 from pdm_replay.replay.attribution_pass import SeedAttribution
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
@@ -65,11 +64,8 @@ def actual_delta(policy: Policy, next_policy: Policy, params: list[nn.Parameter]
 def actual_norm(policy: Policy, next_policy: Policy) -> float:
     """``‖θ_{t+1} − θ_t‖₂`` over every parameter, in float64."""
     theirs = _named(next_policy)
-    total = 0.0
-    for n, p in policy.model.named_parameters():
-        q = theirs[n].detach().to(p.device)
-        total += float((q.double() - p.detach().double()).square().sum())
-    return math.sqrt(total)
+    named = list(policy.model.named_parameters())
+    return distance([p for _, p in named], [theirs[n] for n, _ in named])  # on θ_t's device
 
 
 def actual_columns(policy: Policy, next_policy: Policy, params: list[nn.Parameter],

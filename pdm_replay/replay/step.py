@@ -40,6 +40,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 from torch import Tensor, nn
 
+from pdm_replay.math.norms import distance
 from pdm_replay.replay.config import OPTIMIZERS
 
 T = TypeVar("T")
@@ -90,11 +91,8 @@ class ParamSnapshot:
 
     @torch.no_grad()
     def delta_norm(self) -> float:
-        """``‖θ − θ_saved‖₂`` in float64, one parameter at a time (no Δθ copy is kept)."""
-        total = 0.0
-        for p, s in zip(self.params, self.saved):
-            total += float((p.detach().double() - s.to(p.device).double()).square().sum())
-        return math.sqrt(total)
+        """``‖θ − θ_saved‖₂`` in float64, block by block (no Δθ copy is kept)."""
+        return distance(self.params, self.saved)
 
     @torch.no_grad()
     def matches(self) -> bool:
