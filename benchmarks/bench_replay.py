@@ -21,7 +21,9 @@
 
 Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
 [--updates-only] [--qwen3-0.6b]``
-Random-init Qwen3 models (nothing is downloaded); CPU only.
+Random-init Qwen3 models (nothing is downloaded); CPU only. Idle OpenMP threads sleep
+(``pdm_replay.threads.apply_wait_policy``, before torch loads) as under ``pdm-replay
+replay``: the figures are what the CLI gets, and a shared machine's load moves them less.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from pdm_replay.threads import apply_wait_policy
+
+apply_wait_policy()  # before torch loads libgomp, which reads the policy once
+
+import torch  # noqa: E402
 
 from pdm_replay.fixtures import write_synthetic_log
 from pdm_replay.math.support import build_support
