@@ -101,6 +101,6 @@ def test_a_missing_step_checkpoint_fails_before_the_run(tmp_path, steps_log, ckp
 
 def test_unknown_template_fields_are_rejected():
     with pytest.raises(ValueError, match=r"unknown field \{rank\}"):
-        check_template("ckpt/{rank}", "--checkpoint")
+        check_template("ckpt/{rank}", "checkpoint")
     with pytest.raises(ValueError, match="not a valid path template"):
-        check_template("ckpt/{step", "--checkpoint")
+        check_template("ckpt/{step", "checkpoint")
