@@ -60,6 +60,12 @@ class InputError(ValueError):
         self.message, self.fix = self._fill(message, field_name), self._fill(fix, field_name)
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple:
+        # pickle / copy rebuild the error as it is: its text is no template to re-parse
+        message, fix = self._parts
+        context = {"file": self.file, "sample": self.sample, "pos": self.pos, "fix": fix}
+        return (_restore, (type(self), message, {**context, **getattr(self, "values", {})}))
+
     def _fill(self, text: str | None, name: Callable[..., str]) -> str | None:
         return text  # a plain message names no field
 
@@ -73,6 +79,10 @@ class InputError(ValueError):
                                                        else f" pos {self.pos}"))
         text = ": ".join([*where, message or ""])
         return f"{text}; {fix}" if fix else text
+
+
+def _restore(cls: type[InputError], message: str, keywords: dict) -> InputError:
+    return cls(message, **keywords)
 
 
 _FORMAT = string.Formatter()

@@ -135,3 +135,13 @@ def test_field_errors_stay_what_callers_catch() -> None:
 def test_a_template_placeholder_must_be_a_name() -> None:
     with pytest.raises(TypeError, match="must be names"):
         FieldError("{0} is positional")
+
+
+def test_a_field_error_survives_pickling() -> None:
+    import pickle
+    err = SampleExists("already holds {taken}; pass {force}", file="s/{x}", taken="a")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is SampleExists and str(back) == str(err) == \
+        "s/{x}: already holds a; pass force"
+    assert back.fields == ("force",) and back.render(lambda f: "--" + f) == \
+        "s/{x}: already holds a; pass --force"

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
+from pdm_replay.cli.errors import field_flags
 from pdm_replay.dashboard_app.launch import DashboardConfig
 from pdm_replay.errors import FieldError
 from pdm_replay.replay.sweep import Sweep, trainer_variant
@@ -91,3 +92,15 @@ def test_dashboard_port_and_mask_module(tmp_path: Path) -> None:
     missing = tmp_path / "nope.py"
     said = _error(["dashboard", tmp_path, "--mask-module", missing])
     assert f"--mask-module {missing}: no such file" in said
+
+
+def test_how_a_command_spells_fields() -> None:
+    import typer.main
+    commands = typer.main.get_command(app).commands
+    spell = field_flags(commands["replay"])
+    assert spell("tokenizer_check", off=True) == "--no-tokenizer-check"
+    assert (spell("allow_pickle"), spell("log")) == ("--allow-pickle", "LOG")
+    assert spell("mask_modules") == field_flags(commands["report"])("mask_modules") == \
+        "--mask-module"
+    assert field_flags(commands["sql"])("format") == "--format"  # its parameter is fmt
+    assert spell("no_such_option") == "no_such_option"  # not a flag of this command
