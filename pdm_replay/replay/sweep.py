@@ -74,17 +74,17 @@ def value_label(value: float) -> str:
     return repr(float(value))
 
 
-def parse_values(text: str | float, option: str) -> tuple[float, ...]:
+def parse_values(text: str | float, field: str) -> tuple[float, ...]:
     """``"0.05,0.15"`` -> ``(0.05, 0.15)`` (repeats dropped, order kept); each finite, >= 0.
-    ``option``: the config field the text is for (its errors name it)."""
+    ``field``: the config field the text is for (its errors name it)."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     try:
         values = tuple(dict.fromkeys(float(p) for p in parts))
     except ValueError as exc:
-        raise FieldError("{" + option + "} {text!r}: expected numbers separated by commas, "
+        raise FieldError("{" + field + "} {text!r}: expected numbers separated by commas, "
                          "e.g. 0.05,0.15", text=text) from exc
     if not values or any(not math.isfinite(v) or v < 0 for v in values):
-        raise FieldError("{" + option + "} {text!r}: expected one or more finite values >= 0",
+        raise FieldError("{" + field + "} {text!r}: expected one or more finite values >= 0",
                          text=text)
     return values
 

@@ -44,12 +44,12 @@ def is_template(path: Path | str | None) -> bool:
     return path is not None and bool(template_fields(path))
 
 
-def check_template(path: Path | str, option: str) -> None:
-    """Raise a :class:`FieldError` naming config field ``option`` (``checkpoint``, ...)
+def check_template(path: Path | str, field: str) -> None:
+    """Raise a :class:`FieldError` naming config field ``field`` (``checkpoint``, ...)
     for a template field other than ``{step}`` / ``{next_step}``."""
     for name in template_fields(path):
         if name not in FIELDS:
-            raise FieldError("{" + option + "} {path}: unknown field {{{name}}}; a path "
+            raise FieldError("{" + field + "} {path}: unknown field {{{name}}}; a path "
                              "template may use {{step}} and {{next_step}}", path=path,
                              name=name)
 
