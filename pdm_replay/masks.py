@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from pdm_replay.errors import FieldError
+
 if TYPE_CHECKING:  # torch only for the type checker: the registry imports without it
     from torch import Tensor
 
@@ -203,8 +205,8 @@ def load_mask_module(path: str | Path) -> Any:
     """
     path = Path(path).resolve()
     if not path.is_file():
-        raise ValueError(f"--mask-module {path}: no such file; pass a .py file that calls "
-                         "pdm_replay.masks.register(...)")
+        raise FieldError("{mask_modules} {path}: no such file; pass a .py file that calls "
+                         "pdm_replay.masks.register(...)", path=path)
     key = f"pdm_replay_user_masks_{abs(hash(str(path)))}"
     if key in sys.modules:
         return sys.modules[key]

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, MutableMapping
 
+from pdm_replay.errors import FieldError
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Idle OpenMP threads sleep (futex) at once instead of spinning: libgomp's default spins
 # about 300,000 iterations (~3 ms) first. GOMP_SPINCOUNT=0 is what PASSIVE implies in
@@ -149,7 +151,7 @@ def choose_threads(requested: int | None, budget: CpuBudget, processes: int = 1
     ``processes`` of this machine (torchrun ranks on CPU), at least one each."""
     if requested is not None:
         if requested < 1:
-            raise ValueError(f"--threads {requested}: expected at least 1")
+            raise FieldError("{threads} {got}: expected at least 1", got=requested)
         return ThreadChoice(requested, "--threads", budget.affinity, budget.quota)
     capped = budget.quota is not None and budget.cpus < budget.affinity
     return ThreadChoice(max(1, budget.cpus // max(1, processes)),

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from pdm_replay.cli.errors import debug_enabled
+from pdm_replay.cli.errors import debug_enabled, error_text
 
 HELP_WIDTH = 100  # columns of a PlainHelpCommand's --help (click's default is 80 at most)
 
@@ -45,11 +45,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` as an error on stderr and exit with ``code``; under ``--debug``,
-    called while handling an exception, re-raise it instead (its traceback is shown)."""
+def fail(message: str | BaseException, code: int = 2) -> NoReturn:
+    """Print ``message`` (an exception: its :func:`error_text`, fields as this command's
+    flags) as an error on stderr and exit with ``code``; under ``--debug``, called while
+    handling an exception, re-raise it instead (its traceback is shown)."""
     if debug_enabled() and sys.exc_info()[1] is not None:
         raise  # noqa: PLE0704 - the exception being handled by the caller
+    if isinstance(message, BaseException):
+        message = error_text(message)
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False,
                       soft_wrap=True)
     raise typer.Exit(code)

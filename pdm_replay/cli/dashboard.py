@@ -46,7 +46,7 @@ def dashboard(
         load_mask_modules(mask_module)  # a bad file fails here, not in the browser
         launch.check_ready(cfg)
     except (ValueError, FileNotFoundError, ImportError) as err:
-        fail(str(err))
+        fail(err)
     warning = launch.exposure_warning(cfg)
     if warning:
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False,

@@ -7,6 +7,10 @@ it with the ``--debug`` traceback); 130 interrupted (Ctrl-C).
 
 Without ``--debug`` (or ``PDM_REPLAY_DEBUG=1``) no traceback is printed: a bad input is one
 or two lines naming the file, sample and position where known, and the fix.
+
+Library errors name settings by their config field (:class:`pdm_replay.errors.FieldError`);
+:func:`error_text` is the one place they become the running command's flags, read from
+the command's own parameters (the field's parameter, or the option spelled ``--field``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 import typer
@@ -23,7 +27,7 @@ from rich.markup import escape
 from typer import core as typer_core
 from typer.core import TyperGroup
 
-from pdm_replay.errors import InputError
+from pdm_replay.errors import InputError, field_name
 
 # The click Typer runs on: its own vendored copy (typer >= 0.24), else click itself.
 click = getattr(typer_core, "_click", None) or __import__("click")
@@ -52,8 +56,47 @@ def debug_enabled(ctx: Any | None = None) -> bool:
     return ctx is not None and bool(ctx.meta.get(DEBUG_KEY))
 
 
-def _message(exc: BaseException) -> str:
-    text = str(exc).strip()
+def _spelling(param: Any) -> str:
+    """How a user types ``param``: its long flag, or an argument's metavar (RUN)."""
+    if param.param_type_name == "argument":
+        return getattr(param, "metavar", None) or param.name.upper()
+    longs = [o for o in param.opts if o.startswith("--")]
+    return (longs or param.opts)[0]
+
+
+def field_flags(command: Any) -> Callable[..., str]:
+    """Config field name -> how ``command`` (a click command) spells it: the parameter of
+    that name (``replay``'s are its config's fields), else the option spelled
+    ``--field-name`` (``report``'s ``fmt`` is ``--format``), a list field's singular
+    included (``mask_modules``: the repeatable ``--mask-module``), else the field's own
+    name (a setting the command has no option for). ``off``: the switch's ``--no-...``
+    side."""
+    params = {p.name: p for p in command.params}
+    params.update({o: p for p in command.params for o in p.opts if o not in params})
+
+    def spell(field: str, off: bool = False) -> str:
+        names = dict.fromkeys((field, field.removesuffix("s")))
+        param = next((params[k] for n in names for k in (n, "--" + n.replace("_", "-"))
+                      if k in params), None)
+        if param is None:
+            return field_name(field, off)
+        if off:
+            return (getattr(param, "secondary_opts", None) or [f"{_spelling(param)} false"])[0]
+        return _spelling(param)
+    return spell
+
+
+def error_text(exc: BaseException, ctx: Any | None = None) -> str:
+    """``exc`` as the CLI says it: the config fields a library error names spelled as the
+    flags of ``ctx``'s command (default: the running one)."""
+    ctx = ctx or click.globals.get_current_context(silent=True)
+    if isinstance(exc, InputError) and exc.fields and ctx is not None:
+        return exc.render(field_flags(ctx.command))
+    return str(exc)
+
+
+def _message(exc: BaseException, ctx: Any | None = None) -> str:
+    text = error_text(exc, ctx).strip()
     if isinstance(exc, KeyError) or not text:  # KeyError's str is just the quoted key
         return f"{type(exc).__name__}: {text or 'no message'}"
     if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
@@ -102,7 +145,7 @@ def run_guarded(ctx: Any, command: str) -> Any:
         if debug:
             raise
         if isinstance(exc, INPUT_ERRORS) or _is_duckdb_error(exc):
-            _print(err, "error", _message(exc))
+            _print(err, "error", _message(exc, ctx))
             raise typer.Exit(USAGE)
         _print(err, "internal error", f"{type(exc).__name__}: {_message(exc)} (unexpected: "
                f"rerun as `pdm-replay --debug {command} ...` and report the traceback)")

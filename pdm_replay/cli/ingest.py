@@ -112,5 +112,5 @@ def ingest_command(
                 bar.update(bar.task_ids[0], completed=files, rate=f"{rows} samples")
             summary = ingest(cfg, on_progress=tick)
     except (IngestError, FileNotFoundError) as exc:
-        fail(str(exc))
+        fail(exc)
     print_summary(summary, time.perf_counter() - start)

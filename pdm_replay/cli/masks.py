@@ -114,5 +114,5 @@ def masks(
                 bar.update(bar.task_ids[0], completed=rows, rate=rate)
             summary = run_masks(cfg, on_progress=tick)
     except (ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
+        fail(exc)
     print_summary(summary, time.perf_counter() - start)

@@ -11,12 +11,13 @@ from rich.table import Table
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import PlainHelpCommand, console, fail, progress_bar, value
+from pdm_replay.cli.errors import error_text
 from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
                                          parse_mask_params)
 from pdm_replay.cli.masks import (THRESHOLD_DEFAULTS, EpsHigh, EpsLow, parse_mask_list,
                                   threshold_options)
 from pdm_replay.cli.options import cli_param, with_options
-from pdm_replay.replay.config import FieldError, ReplayConfig, flag
+from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.manifest import recorded_mask_modules
 from pdm_replay.replay.sweep import Sweep, parse_values
 
@@ -137,12 +138,6 @@ THRESHOLD_PARAMS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_
                     "mask_param")
 
 
-def error_text(exc: Exception) -> str:
-    """An error as the CLI says it: a config error's fields spelled as this command's flags
-    (the one place field names become flags)."""
-    return exc.render(flag) if isinstance(exc, FieldError) else str(exc)
-
-
 def config_from_options(options: dict) -> ReplayConfig:
     """The ReplayConfig of the command's parameters ``options``: same-named fields pass
     through (choices as their strings), the threshold options become ``thresholds`` and
@@ -155,9 +150,9 @@ def config_from_options(options: dict) -> ReplayConfig:
         kw["mask_modules"] = recorded_mask_modules(kw["out"])
     kw["mask_modules"] = tuple(kw["mask_modules"] or ())  # ReplayConfig loads them first
     o = options
-    sweep = Sweep(eps=parse_values(o["eps"], "--eps"),
-                  delta_kl=parse_values(o["delta_kl"], "--delta-kl"),
-                  delta_tv=parse_values(o["delta_tv"], "--delta-tv"))
+    sweep = Sweep(eps=parse_values(o["eps"], "eps"),
+                  delta_kl=parse_values(o["delta_kl"], "delta_kl"),
+                  delta_tv=parse_values(o["delta_tv"], "delta_tv"))
     thresholds = threshold_options(sweep.eps[0], o["eps_low"], o["eps_high"],
                                    sweep.delta_kl[0], sweep.delta_tv[0], o["clip_ratio_c"],
                                    parse_mask_params(o["mask_param"]))

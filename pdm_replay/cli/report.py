@@ -100,7 +100,7 @@ def report(
         load_mask_modules(mask_module)
         _, text = produce_report(cfg)
     except _errors() as err:
-        fail(str(err))
+        fail(err)
     if out is None:
         typer.echo(text, nl=False)
     else:
@@ -138,7 +138,7 @@ def sql(
         load_mask_modules(mask_module)
         text = run_sql(cfg)
     except _errors() as err:
-        fail(str(err))
+        fail(err)
     if text is not None:
         typer.echo(text, nl=False)
     else:

@@ -63,5 +63,5 @@ def make_sample_cmd(
                 bar.update(task, description=stage, completed=done, total=total)
             result = make_sample(out_dir, cfg, progress=tick)
     except (ValueError, FileExistsError) as exc:
-        fail(str(exc))
+        fail(exc)
     print_result(result)

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
 from pdm_replay.io.reader import FlatTokens
@@ -89,8 +90,9 @@ def _check_run_dir(cfg: ReplayConfig, hashes: dict) -> mf.RunLayout:
     mf.check_mask_modules(cfg.out, old.hashes, hashes)
     differ = cfg.differences(old.config) + mf.hash_differences(old.hashes, hashes)
     if differ:
-        raise ValueError(f"{cfg.out}: --resume with different inputs ({', '.join(differ)}); "
-                         "resume with the original options or choose a new --out")
+        raise FieldError("{resume} with different inputs ({differ}); resume with the "
+                         "original options or choose a new {out}", file=cfg.out,
+                         differ=", ".join(differ))
     return layout
 
 

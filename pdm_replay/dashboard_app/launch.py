@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, NoReturn
 
+from pdm_replay.errors import FieldError
 from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
                                       ENV_TOKENIZER)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
@@ -42,7 +43,7 @@ class DashboardConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
-            raise ValueError(f"--port {self.port}: must be in 1..65535")
+            raise FieldError("{port} {got}: must be in 1..65535", got=self.port)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")

@@ -49,8 +49,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pdm_replay.errors import reading
-from pdm_replay.ingest.parsing import (IngestError, Location, Reject, Rows, json_rows,
-                                       sampling_of)
+from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Location, Reject, Rows,
+                                       json_rows, sampling_of)
 from pdm_replay.io.reader import open_parquet
 from pdm_replay.schema import ROLLOUT_V1
 
@@ -134,8 +134,8 @@ def _joined(rec: Mapping, names: list[str]) -> str | None:
 def load_mapping(path: Path | str | None) -> ColumnMapping:
     """Parse and check a mapping TOML file."""
     if path is None:
-        raise IngestError("--from columns needs --mapping MAP.toml (see `pdm-replay ingest "
-                          "--help` and the README)")
+        raise IngestFieldError("{fmt} columns needs {mapping} MAP.toml (see `pdm-replay "
+                               "ingest --help` and the README)")
     if str(path) in SHIPPED and not Path(path).exists():
         path = MAPPINGS / f"{str(path).replace('-', '_')}.toml"
     try:

@@ -37,7 +37,7 @@ from pdm_replay.ingest.columns import load_mapping
 from pdm_replay.ingest.formats import FORMATS, ParseContext, expand_inputs
 from pdm_replay.ingest.accept import accept_rows
 from pdm_replay.ingest.padded import PaddedRollouts, topk_widths
-from pdm_replay.ingest.parsing import IngestError, Location, Reject, Rows
+from pdm_replay.ingest.parsing import IngestError, IngestFieldError, Location, Reject, Rows
 from pdm_replay.ingest.tokenizer import TokenMapper, resolve_vocab_size
 from pdm_replay.io.atomic import AtomicParquetWriter, temp_path_for
 from pdm_replay.io.reader import open_parquet
@@ -106,8 +106,9 @@ class _Run:
 
     def reject(self, item: Reject) -> None:
         if self.cfg.on_error == "fail":
-            raise IngestError(f"{item.where}: {item.reason}\n(fix the input, or run with "
-                              "--on-error skip to list every bad record in a rejects file)")
+            raise IngestFieldError("{where}: {reason}\n(fix the input, or run with {on_error} "
+                                   "skip to list every bad record in a rejects file)",
+                                   where=item.where, reason=item.error or item.reason)
         self.summary.rejected += 1
         self.summary.reasons[_kind(item.reason)] += 1
         self.rejects_fh.write(json.dumps({**item.where.as_dict(), "reason": item.reason}) + "\n")
@@ -230,11 +231,12 @@ def _check(cfg: IngestConfig) -> None:
     if cfg.fmt not in FORMATS:
         raise IngestError(f"unknown format {cfg.fmt!r}; known: {', '.join(FORMATS)}")
     if cfg.on_error not in ON_ERROR:
-        raise IngestError(f"--on-error must be one of {ON_ERROR}, got {cfg.on_error!r}")
+        raise IngestFieldError("{on_error} must be one of {known}, got {got!r}",
+                               known=ON_ERROR, got=cfg.on_error)
     if cfg.topk_convention not in (None, *CONVENTIONS):
-        raise IngestError(f"--topk-convention must be one of {CONVENTIONS}")
+        raise IngestFieldError("{topk_convention} must be one of {known}", known=CONVENTIONS)
     if cfg.logprobs_mode not in (None, *LOGPROBS_MODES):
-        raise IngestError(f"--logprobs-mode must be one of {LOGPROBS_MODES}")
+        raise IngestFieldError("{logprobs_mode} must be one of {known}", known=LOGPROBS_MODES)
 
 
 def _stage(cfg: IngestConfig, run: _Run, stage: Path,
@@ -300,9 +302,10 @@ def ingest(cfg: IngestConfig, on_progress: Callable[[int, int], None] | None = N
         if run.summary.rows == 0:
             names = ", ".join(str(p) for p in cfg.inputs[:3]) + (
                 f" and {len(cfg.inputs) - 3} more" if len(cfg.inputs) > 3 else "")
-            raise IngestError(f"{names}: no usable records in {len(cfg.inputs)} input(s)"
-                              + (f"; reasons in {cfg.rejects_path}" if fh else
-                                 "; check --from matches the files' format"))
+            raise IngestFieldError("{names}: no usable records in {n} input(s)"
+                                   + ("; reasons in {rejects}" if fh else
+                                      "; check {fmt} matches the files' format"),
+                                   names=names, n=len(cfg.inputs), rejects=cfg.rejects_path)
         meta = _final_meta(cfg, run)
         with RolloutWriter(cfg.out, meta) as writer:
             for batch in open_parquet(stage).iter_batches(batch_size=cfg.chunk_rows):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from pdm_replay.ingest import columns, openai, sglang, verl, vllm
-from pdm_replay.ingest.parsing import IngestError, Reject, Rows
+from pdm_replay.ingest.parsing import IngestError, IngestFieldError, Reject, Rows
 from pdm_replay.ingest.tokenizer import TokenMapper
 
 
@@ -47,7 +47,7 @@ class Format:
 
 def _columns(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
     if ctx.mapping is None:
-        raise IngestError("--from columns needs --mapping MAP.toml")
+        raise IngestFieldError("{fmt} columns needs {mapping} MAP.toml")
     return columns.parse(path, ctx.mapping, ctx.chunk_rows)
 
 

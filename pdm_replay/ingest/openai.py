@@ -38,8 +38,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pdm_replay.ingest.parsing import (IngestError, Reject, Rows, json_rows, per_sample,
-                                       sample_fields, sampling_of, sort_topk)
+from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Reject, Rows, json_rows,
+                                       per_sample, sample_fields, sampling_of, sort_topk)
 from pdm_replay.ingest.tokenizer import TokenMapper
 
 # vLLM's chat/completion top_logprobs are the first K entries of {sampled, top-K...}: the
@@ -72,9 +72,9 @@ def _entries(logprobs: Mapping) -> tuple[list[Entry], list[list[Entry]]]:
 def _map(mapper: TokenMapper, entry: Entry, pos: int, slot: int | None = None) -> int:
     try:
         return mapper.to_id(entry[0], entry[1])
-    except IngestError as exc:
+    except IngestError as exc:  # the cause's fields stay fields (the CLI shows them as flags)
         where = f"pos {pos}" + ("" if slot is None else f", top_logprobs[{slot}]")
-        raise IngestError(f"{where}: {exc}") from None
+        raise IngestFieldError("{where}: {cause}", where=where, cause=exc) from None
 
 
 def choice_row(obj: Mapping, response: Mapping, choice: Mapping, index: int, count: int,

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 
-from pdm_replay.errors import InputError
+from pdm_replay.errors import FieldError, InputError
 
 # Per-sample fields a JSON record may carry next to the engine's own output (README).
 SAMPLE_FIELDS = ("sample_id", "step", "group_id", "prompt_ids", "reward", "loss_mask",
@@ -36,6 +36,10 @@ NOTES = "__notes__"
 
 class IngestError(InputError):
     """A record (or a whole input) that cannot become a rollout/v1 row."""
+
+
+class IngestFieldError(FieldError, IngestError):
+    """An :class:`IngestError` about a setting, named by its :class:`IngestConfig` field."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Reject:
 
     where: Location
     reason: str
+    # the error behind ``reason`` when it names settings: the CLI spells them as flags
+    error: InputError | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -131,7 +137,7 @@ def json_rows(path: Path, samples: Callable[[dict], list], build: Callable[..., 
                 raise IngestError("record is not a JSON object")
             subs, stated = samples(rec), settings(rec)
         except IngestError as exc:
-            yield Reject(where, str(exc))
+            yield Reject(where, str(exc), exc)
             continue
         for i, sub in enumerate(subs):
             loc = Location(where.file, where.kind, where.index,
@@ -140,7 +146,7 @@ def json_rows(path: Path, samples: Callable[[dict], list], build: Callable[..., 
                 row = build(rec, sub, i, len(subs))
             except (IngestError, AttributeError, IndexError, KeyError, TypeError,
                     ValueError) as exc:
-                yield Reject(loc, str(exc))
+                yield Reject(loc, str(exc), exc if isinstance(exc, InputError) else None)
                 continue
             if row.get("sample_id") is None:
                 row["sample_id"] = f"{Path(where.file).name}:{where.index}/{i}"

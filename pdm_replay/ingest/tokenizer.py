@@ -26,7 +26,7 @@ Examples
 >>> TokenMapper(None).to_id("hello")
 Traceback (most recent call last):
 ...
-pdm_replay.ingest.parsing.IngestError: token string 'hello' needs a tokenizer: pass --tokenizer PATH, or serve with return_tokens_as_token_ids=true
+pdm_replay.ingest.parsing.IngestFieldError: token string 'hello' needs a tokenizer: pass tokenizer PATH, or serve with return_tokens_as_token_ids=true
 >>> BYTE_DECODER["é"], BYTE_DECODER["Ã"], BYTE_DECODER["Ġ"]
 (233, 195, 32)
 """
@@ -38,7 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from pdm_replay.ingest.parsing import IngestError
+from pdm_replay.ingest.parsing import IngestError, IngestFieldError
 
 TOKEN_ID_PREFIX = "token_id:"
 REPLACEMENT = "\ufffd"
@@ -166,8 +166,9 @@ class TokenMapper:
             except ValueError:
                 raise IngestError(f"token string {token!r} is not token_id:<integer>") from None
         if self.path is None:
-            raise IngestError(f"token string {token!r} needs a tokenizer: pass --tokenizer "
-                              "PATH, or serve with return_tokens_as_token_ids=true")
+            raise IngestFieldError("token string {token!r} needs a tokenizer: pass {tokenizer} "
+                                   "PATH, or serve with return_tokens_as_token_ids=true",
+                                   token=token)
         if token_bytes is not None and (not isinstance(token_bytes, (list, tuple)) or any(
                 not isinstance(v, int) or not 0 <= v < 256 for v in token_bytes)):
             raise IngestError(f"token {token!r}: bytes {token_bytes!r} is not a list of 0..255")
@@ -189,11 +190,11 @@ def resolve_vocab_size(vocab_size: int | None, tokenizer: Path | str | None) -> 
     """
     if vocab_size is not None:
         if vocab_size < 1:
-            raise IngestError(f"--vocab-size must be positive, got {vocab_size}")
+            raise IngestFieldError("{vocab_size} must be positive, got {got}", got=vocab_size)
         return vocab_size
     if tokenizer is None:
-        raise IngestError("the vocabulary size is required (it is n in the uniform-tail "
-                          "estimators): pass --vocab-size N or --tokenizer PATH")
+        raise IngestFieldError("the vocabulary size is required (it is n in the uniform-tail "
+                               "estimators): pass {vocab_size} N or {tokenizer} PATH")
     path = Path(tokenizer)
     config = (path if path.is_dir() else path.parent) / "config.json"
     if config.is_file():
@@ -203,6 +204,6 @@ def resolve_vocab_size(vocab_size: int | None, tokenizer: Path | str | None) -> 
             if size:
                 return int(size)
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-            raise IngestError(f"{config}: not a usable model config.json ({exc}); fix it, "
-                              "or pass --vocab-size N") from None
+            raise IngestFieldError("{config}: not a usable model config.json ({exc}); fix it, "
+                                   "or pass {vocab_size} N", config=config, exc=exc) from None
     return TokenMapper(path).backend.size

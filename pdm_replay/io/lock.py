@@ -28,13 +28,13 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
-from pdm_replay.errors import InputError
+from pdm_replay.errors import FieldError
 
 LOCK_NAME = ".lock"
 
 
-class DirLocked(InputError):
-    """Another process is writing the directory."""
+class DirLocked(FieldError):
+    """Another process is writing the directory (its fix names the ``out`` field)."""
 
 
 def _holder(fd: int) -> str:
@@ -67,17 +67,17 @@ class DirLock:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
-            raise InputError(f"{self.root}: exists and is not a directory; choose another "
-                             "--out") from None
+            raise FieldError("exists and is not a directory; choose another {out}",
+                             file=self.root) from None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise DirLocked(f"another process ({holder}) is writing this {self.what}",
+            raise DirLocked("another process ({holder}) is writing this {what}",
                             file=self.root, fix="wait for it to finish (or stop it), or "
-                            "choose another --out") from None
+                            "choose another {out}", holder=holder, what=self.what) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

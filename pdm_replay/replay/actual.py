@@ -20,6 +20,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from pdm_replay.errors import FieldError
 from pdm_replay.math.norms import distance
 from pdm_replay.replay.attribution_pass import SeedAttribution
 from pdm_replay.replay.batching import MicroBatch
@@ -46,9 +47,10 @@ def check_pair(policy: Policy, next_policy: Policy) -> None:
         ([f"unexpected {', '.join(extra[:5])}"] if extra else []) + \
         ([f"shapes differ: {'; '.join(shapes[:5])}"] if shapes else [])
     if problems:
-        raise ValueError(f"--next-checkpoint {next_policy.source} is not {policy.source} one "
-                         f"step later: {'; '.join(problems)}; pass the trainer's checkpoint "
-                         "saved after the update on this data")
+        raise FieldError("{next_checkpoint} {next} is not {this} one step later: "
+                         "{problems}; pass the trainer's checkpoint saved after the update "
+                         "on this data", next=next_policy.source, this=policy.source,
+                         problems="; ".join(problems))
 
 
 @torch.no_grad()

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from pdm_replay.errors import FieldError
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.config import DTYPES as DTYPE_NAMES
@@ -40,6 +41,10 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.mode
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be replayed; the message says how to fix it."""
+
+
+class CheckpointFieldError(FieldError, CheckpointError):
+    """A :class:`CheckpointError` whose fix names a setting (a ReplayConfig field)."""
 
 
 def _read_json(path: Path) -> dict:
@@ -60,8 +65,9 @@ def check_checkpoint_dir(path: Path | str, *, allow_pickle: bool = False,
         raise CheckpointError(f"{path}: no config.json; pass a save_pretrained directory")
     config = _read_json(path / "config.json")
     if config.get("auto_map") and not trust_remote_code:
-        raise CheckpointError(f"{path}: config.json maps to custom code (auto_map); pass "
-                              "--trust-remote-code only if you trust this checkpoint's code")
+        raise CheckpointFieldError("{path}: config.json maps to custom code (auto_map); pass "
+                                   "{trust_remote_code} only if you trust this checkpoint's "
+                                   "code", path=path)
     safe = sorted(path.glob("*.safetensors"))
     index = path / "model.safetensors.index.json"
     if index.is_file():
@@ -77,10 +83,11 @@ def check_checkpoint_dir(path: Path | str, *, allow_pickle: bool = False,
         raise CheckpointError(f"{path}: no weight files (*.safetensors); copy the weights "
                               "or re-save the model with save_pretrained")
     if not allow_pickle:
-        raise CheckpointError(
-            f"{path}: only pickle weights ({', '.join(p.name for p in pickled)}); loading "
-            "them can run arbitrary code. Convert to safetensors (model.save_pretrained("
-            "dir, safe_serialization=True)) or pass --allow-pickle if you trust the files")
+        raise CheckpointFieldError(
+            "{path}: only pickle weights ({names}); loading them can run arbitrary code. "
+            "Convert to safetensors (model.save_pretrained(dir, safe_serialization=True)) "
+            "or pass {allow_pickle} if you trust the files", path=path,
+            names=", ".join(p.name for p in pickled))
     return pickled
 
 
@@ -188,7 +195,8 @@ def load_policy(path: Path | str, *, dtype: str = "float32", device: str = "cpu"
     files = check_checkpoint_dir(path, allow_pickle=allow_pickle,
                                  trust_remote_code=trust_remote_code)
     if dtype not in DTYPES:
-        raise CheckpointError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        raise CheckpointFieldError("{dtype} {got!r}: expected one of {known}", got=dtype,
+                                   known=", ".join(DTYPES))
     hf_logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
@@ -220,7 +228,7 @@ def check_compatible(policy: Policy, meta: RolloutMeta, log: Path | str,
     why = (tokenizer_mismatch(meta.tokenizer, Path(log), policy.source)
            if tokenizer_check and meta.tokenizer else None)
     if why:
-        raise CheckpointError(
-            f"tokenizer mismatch between log {log} and checkpoint {policy.source}: {why}; "
-            "use the matching checkpoint, or pass --no-tokenizer-check if they denote the "
-            "same tokenizer")
+        raise CheckpointFieldError(
+            "tokenizer mismatch between log {log} and checkpoint {source}: {why}; use the "
+            "matching checkpoint, or pass {tokenizer_check:off} if they denote the same "
+            "tokenizer", log=log, source=policy.source, why=why)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from pdm_replay.errors import FieldError  # also importable from here, beside the config
 from pdm_replay.masks import MASKS, Thresholds, load_mask_module, resolve_names
 from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
@@ -154,7 +154,7 @@ class ReplayConfig:
             if value is not None:
                 set_(name, Path(value))
                 if name in STEP_PATHS:  # {step} / {next_step} only (replay.templates)
-                    check_template(value, f"--{name.replace('_', '-')}")
+                    check_template(value, name)
         set_("masks", None if self.masks is None else tuple(resolve_names(self.masks)))
         set_("update_masks", tuple(resolve_names(self.update_masks)))
         set_("sweep", Sweep(**{f: tuple(v) for f, v in self.sweep.swept().items()}))
@@ -163,7 +163,8 @@ class ReplayConfig:
             try:
                 set_("lr", float(self.lr))
             except ValueError:
-                raise FieldError(f"{{lr}} {self.lr!r}: expected a number or 'auto'") from None
+                raise FieldError("{lr} {value!r}: expected a number or 'auto'",
+                                 value=self.lr) from None
         self._check()
         if self.trainer_mask is not None:
             trainer_variant(self.trainer_mask, self.sweep)  # raises on an unusable name
@@ -189,14 +190,14 @@ class ReplayConfig:
                   (self.optimizer_state is None or self.optimizer == "adam",
                    "{optimizer_state} continues the trainer's Adam moments: use {optimizer} "
                    "adam"),
-                  (self.seed_by in SEED_BY, f"{{seed_by}} must be one of {', '.join(SEED_BY)}"),
+                  (self.seed_by in SEED_BY, "{seed_by} must be one of " + ", ".join(SEED_BY)),
                   (self.attribution_sample >= 0, "{attribution_sample} must be >= 0"),
                   (self.threads is None or self.threads >= 1, "{threads} must be >= 1"),
                   (self.optimizer in OPTIMIZERS,
-                   f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}"),
-                  (self.dtype in DTYPES, f"{{dtype}} must be one of {', '.join(DTYPES)}"),
+                   "{optimizer} must be one of " + ", ".join(OPTIMIZERS)),
+                  (self.dtype in DTYPES, "{dtype} must be one of " + ", ".join(DTYPES)),
                   (self.behavior_dtype in (None, *DTYPES),
-                   f"{{behavior_dtype}} must be one of {', '.join(DTYPES)}"),
+                   "{behavior_dtype} must be one of " + ", ".join(DTYPES)),
                   (len(self.update_masks) > 0, "{update_masks} names no mask")]
         for ok, template in checks:
             if not ok:
@@ -248,24 +249,3 @@ def field_flag(f: dataclasses.Field) -> str:
 def flag(name: str) -> str:
     """The CLI flag of :class:`ReplayConfig` option ``name``."""
     return field_flag(ReplayConfig.__dataclass_fields__[name])
-
-
-class FieldError(ValueError):
-    """An invalid option, named by field: ``template`` holds ``{field}`` placeholders.
-    ``fields`` names them (``field`` the first); ``str()`` spells them as the config's
-    field names and :meth:`render` with any other naming (the CLI maps them to its flags,
-    ``cli.replay.error_text``).
-
-    >>> err = FieldError("{seeds} must be >= 1")
-    >>> err.field, err.render(flag), str(err)
-    ('seeds', '--seeds must be >= 1', 'seeds must be >= 1')
-    """
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-        self.fields = tuple(n for _, n, _, _ in string.Formatter().parse(template) if n)
-        self.field = self.fields[0] if self.fields else None
-        super().__init__(self.render(str))
-
-    def render(self, name: Callable[[str], str]) -> str:
-        return self.template.format(**{f: name(f) for f in self.fields})

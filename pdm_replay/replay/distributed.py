@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from pdm_replay.errors import FieldError
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.data import SeedBatch
 from pdm_replay.replay.gpu import peak_memory
@@ -163,10 +164,10 @@ def _rank_device(device: str, local_rank: int, world: int) -> str:
     if dev.type != "cuda":
         return device
     if not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine")
+        raise FieldError("{device} {got}: CUDA is not available on this machine", got=device)
     if dev.index is not None and world > 1:
-        raise ValueError(f"--device {device}: under torchrun pass --device cuda; rank r "
-                         "uses cuda:LOCAL_RANK (one GPU per process)")
+        raise FieldError("{device} {got}: under torchrun pass {device} cuda; rank r uses "
+                         "cuda:LOCAL_RANK (one GPU per process)", got=device)
     torch.cuda.set_device(local_rank)  # so "cuda" means this rank's GPU from here on
     return device
 
@@ -286,10 +287,11 @@ def check_world(dist: Dist, batch_size: int, n_rows: int) -> None:
     """Every rank needs at least one sample of every seed's batch."""
     samples = min(batch_size, n_rows)
     if samples < dist.world_size:
-        raise ValueError(f"a seed's batch holds {samples} samples (--batch-size "
-                         f"{batch_size}, {n_rows} log rows) but {dist.world_size} processes "
-                         "replay it: each needs one; raise --batch-size or lower "
-                         "--nproc_per_node")
+        raise FieldError("a seed's batch holds {samples} samples ({batch_size} {size}, "
+                         "{rows} log rows) but {world} processes replay it: each needs one; "
+                         "raise {batch_size} or lower torchrun's --nproc_per_node",
+                         samples=samples, size=batch_size, rows=n_rows,
+                         world=dist.world_size)
 
 
 def _combine(seed: int, records: list[dict]) -> dict:

@@ -20,14 +20,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pdm_replay.errors import FieldError
 from pdm_replay.replay.checkpoint import Policy
 
 
 def _layers(policy: Policy) -> nn.ModuleList:
     layers = getattr(policy.model.get_decoder(), "layers", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
-        raise ValueError(f"--fsdp: {policy.source}: {type(policy.model).__name__} has no "
-                         "decoder.layers to shard; run without --fsdp")
+        raise FieldError("{fsdp}: {source}: {model} has no decoder.layers to shard; run "
+                         "without {fsdp}", source=policy.source,
+                         model=type(policy.model).__name__)
     return layers
 
 

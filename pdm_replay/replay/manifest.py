@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdm_replay.errors import InputError
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import atomic_write_bytes
 from pdm_replay.io.lock import LOCK_NAME, DirLock
 
@@ -157,8 +157,8 @@ def read_manifest(layout: RunLayout) -> dict:
 def refuse_existing(out: Path, resume: bool) -> None:
     """A directory holding a run may only be continued (``--resume``)."""
     if RunLayout(out).started() and not resume:
-        raise InputError("run directory exists", file=out, fix="pass --resume to continue "
-                         "it, or choose a new --out")
+        raise FieldError("run directory exists", file=out, fix="pass {resume} to continue "
+                         "it, or choose a new {out}")
 
 
 def lock_run(out: Path, resume: bool) -> DirLock:
@@ -306,7 +306,8 @@ def check_mask_modules(out: Path, old: dict, new: dict) -> None:
     before, now = old.get("mask_module", {}), new.get("mask_module", {})
     for path in sorted(set(before) & set(now)):
         if before[path] != now[path]:
-            raise ValueError(
-                f"{out}: --mask-module {path} changed since this run started (sha256 "
-                f"{before[path][:12]} -> {now[path][:12]}): --resume replays with the "
-                "masks the run began with; restore that file or choose a new --out")
+            raise FieldError(
+                "{mask_modules} {path} changed since this run started (sha256 {old} -> "
+                "{new}): {resume} replays with the masks the run began with; restore that "
+                "file or choose a new {out}", file=out, path=path, old=before[path][:12],
+                new=now[path][:12])

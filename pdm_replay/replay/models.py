@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pdm_replay.errors import FieldError
 from pdm_replay.replay.actual import actual_norm, check_pair
-from pdm_replay.replay.checkpoint import (DTYPES, Policy, check_checkpoint_dir,
-                                          check_compatible, load_policy)
+from pdm_replay.replay.checkpoint import (DTYPES, CheckpointError, CheckpointFieldError,
+                                          Policy, check_checkpoint_dir, check_compatible,
+                                          load_policy)
 from pdm_replay.replay.config import STEP_PATHS, ReplayConfig
 from pdm_replay.replay.data import LogIndex, check_replayable, check_seed_rows, log_steps
 from pdm_replay.replay.distributed import LOCAL, Dist, check_world
@@ -67,10 +69,11 @@ def check_step_inputs(cfg: ReplayConfig, steps: list[int | None]) -> None:
             except ValueError as exc:
                 if not where:
                     raise
-                raise type(exc)(f"--{key.replace('_', '-')}{where}: {exc}") from exc
+                error = CheckpointFieldError if isinstance(exc, CheckpointError) else FieldError
+                raise error("{" + key + "}{where}: {cause}", where=where, cause=exc) from exc
         if c.optimizer_state is not None and not Path(c.optimizer_state).is_file():
-            raise ValueError(f"--optimizer-state{where} {c.optimizer_state}: no such file; "
-                             "pass the trainer's optimizer.pt")
+            raise FieldError("{optimizer_state}{where} {path}: no such file; pass the "
+                             "trainer's optimizer.pt", where=where, path=c.optimizer_state)
 
 
 @dataclass

@@ -36,6 +36,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from pdm_replay.errors import FieldError
+
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 SHOWN = 8  # mismatches listed in an error
 
@@ -74,19 +76,19 @@ def read_state(path: Path) -> dict:
     """``torch.load(path, weights_only=True)`` with the structure checked."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"--optimizer-state {path}: not a file; pass the trainer's "
-                         "optimizer.pt (a torch optimizer state_dict)")
+        raise FieldError("{optimizer_state} {path}: not a file; pass the trainer's "
+                         "optimizer.pt (a torch optimizer state_dict)", path=path)
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle errors of every kind: say what the file must be
-        raise ValueError(f"--optimizer-state {path}: not loadable with weights_only=True "
-                         f"({type(exc).__name__}: {exc}); pass a torch optimizer "
-                         "state_dict saved with torch.save") from exc
+        raise FieldError("{optimizer_state} {path}: not loadable with weights_only=True "
+                         "({kind}: {exc}); pass a torch optimizer state_dict saved with "
+                         "torch.save", path=path, kind=type(exc).__name__, exc=exc) from exc
     if not (isinstance(doc, dict) and isinstance(doc.get("state"), dict)
             and isinstance(doc.get("param_groups"), list)):
-        raise ValueError(f"--optimizer-state {path}: not an optimizer state_dict (expected "
+        raise FieldError("{optimizer_state} {path}: not an optimizer state_dict (expected "
                          "keys 'state' and 'param_groups'); DeepSpeed and FSDP sharded "
-                         "states must be consolidated first")
+                         "states must be consolidated first", path=path)
     return doc
 
 
@@ -142,14 +144,15 @@ def load_trainer_optimizer(path: Path, model: nn.Module) -> TrainerOptimizer:
     try:
         names, mapping = group_names(model, saved)
     except ValueError as exc:
-        raise ValueError(f"--optimizer-state {path}: {exc}") from exc
+        raise FieldError("{optimizer_state} {path}: {exc}", path=path, exc=exc) from exc
     shapes = {n: p.shape for n, p in model.named_parameters()}
     problems = _mismatches(doc["state"], saved, names, shapes)
     if problems:
         more = f" (and {len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
-        raise ValueError(f"--optimizer-state {path} does not match the checkpoint's "
-                         f"parameters (matched by {mapping}): {'; '.join(problems[:SHOWN])}"
-                         f"{more}; pass the optimizer state saved with this checkpoint")
+        raise FieldError("{optimizer_state} {path} does not match the checkpoint's "
+                         "parameters (matched by {mapping}): {problems}{more}; pass the "
+                         "optimizer state saved with this checkpoint", path=path,
+                         mapping=mapping, problems="; ".join(problems[:SHOWN]), more=more)
     order = {n: i for i, (n, _) in enumerate(model.named_parameters())}
     groups = tuple(tuple(order[n] for n in g) for g in names)
     legacy = any("decoupled_weight_decay" not in g for g in saved)

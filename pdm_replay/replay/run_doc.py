@@ -18,6 +18,7 @@ import platform
 
 import torch
 
+from pdm_replay.errors import FieldError
 from pdm_replay.replay.actual import ACTUAL
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.models import StepModels
@@ -31,7 +32,8 @@ def device_info(device: str) -> dict:
     dev = torch.device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: CUDA is not available on this machine")
+            raise FieldError("{device} {got}: CUDA is not available on this machine",
+                             got=device)
         name = torch.cuda.get_device_name(dev)
     else:
         name = platform.processor() or platform.machine()

@@ -24,8 +24,8 @@ Examples
 ...     plan.check(3)
 ... except ValueError as exc:
 ...     print(exc)
-3 seeds of 4 samples need 12 distinct rows, the log has 10: 2 seeds fit; lower --seeds
-or --batch-size, or pass --allow-overlap (seeds then share samples)
+3 seeds of 4 samples need 12 distinct rows, the log has 10: 2 seeds fit; lower seeds
+or batch_size, or pass allow_overlap (seeds then share samples)
 >>> steps = np.array([1, 1, 2, 2, 2, 3])
 >>> SeedPlan(6, 64, by="step", steps=steps).rows(1).tolist()
 [2, 3, 4]
@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from pdm_replay.errors import FieldError
 
 SEED_BY = ("sample", "step")
 SHUFFLE_STREAM = 0x5EED  # first seed word of the shuffles (rounds / steps are the second)
@@ -70,9 +72,10 @@ class SeedPlan:
 
     def __post_init__(self) -> None:
         if self.by not in SEED_BY:
-            raise ValueError(f"--seed-by {self.by!r}: expected one of {', '.join(SEED_BY)}")
+            raise FieldError("{seed_by} {by!r}: expected one of {known}", by=self.by,
+                             known=", ".join(SEED_BY))
         if self.by == "step" and self.steps is None:
-            raise ValueError("--seed-by step needs the log's step column")
+            raise FieldError("{seed_by} step needs the log's step column")
 
     @property
     def distinct_steps(self) -> np.ndarray:
@@ -92,14 +95,15 @@ class SeedPlan:
         if seeds <= fit:
             return
         if self.by == "step":
-            raise ValueError(f"--seed-by step replays one seed per logged step and the log "
-                             f"holds {fit} step(s): pass --seeds {fit} or fewer")
+            raise FieldError("{seed_by} step replays one seed per logged step and the log "
+                             "holds {fit} step(s): pass {seeds} {fit} or fewer", fit=fit)
         if not self.allow_overlap:
-            raise ValueError(
-                f"{seeds} seeds of {self.batch_size} samples need "
-                f"{seeds * self.batch_size} distinct rows, the log has {self.n_rows}: "
-                f"{fit} seed{'s' if fit != 1 else ''} fit; lower --seeds or --batch-size, or "
-                "pass --allow-overlap (seeds then share samples)")
+            raise FieldError(
+                "{n} seeds of {size} samples need {rows} distinct rows, the log has "
+                "{have}: {fit} seed{s} fit; lower {seeds} or {batch_size}, or pass "
+                "{allow_overlap} (seeds then share samples)", n=seeds, size=self.batch_size,
+                rows=seeds * self.batch_size, have=self.n_rows, fit=fit,
+                s="s" if fit != 1 else "")
 
     def rows(self, seed: int) -> np.ndarray:
         """Sorted global row indices of ``seed``'s batch."""

@@ -19,7 +19,7 @@ Examples
 >>> masks = build_variants(["pdm_kl_agg"], Thresholds(), sweep)
 >>> masks["pdm_kl_agg@0.05"].high, masks["pdm_kl_agg@0.15"].high
 (0.05, 0.15)
->>> parse_values("0.05, 0.15,0.05", "--delta-kl")
+>>> parse_values("0.05, 0.15,0.05", "delta_kl")
 (0.05, 0.15)
 """
 
@@ -31,10 +31,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from pdm_replay.errors import FieldError
 from pdm_replay.masks import MASKS, Mask, Thresholds, resolve_names
 
 SWEPT = ("eps", "delta_kl", "delta_tv")  # the fields a CLI option may list several values of
-OPTION = {"eps": "--eps", "delta_kl": "--delta-kl", "delta_tv": "--delta-tv"}
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,18 @@ def value_label(value: float) -> str:
     return repr(float(value))
 
 
-def parse_values(text: str | float, option: str) -> tuple[float, ...]:
-    """``"0.05,0.15"`` -> ``(0.05, 0.15)`` (repeats dropped, order kept); each finite, >= 0."""
+def parse_values(text: str | float, field: str) -> tuple[float, ...]:
+    """``"0.05,0.15"`` -> ``(0.05, 0.15)`` (repeats dropped, order kept); each finite, >= 0.
+    ``field``: the config field the text is for (its errors name it)."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     try:
         values = tuple(dict.fromkeys(float(p) for p in parts))
     except ValueError as exc:
-        raise ValueError(f"{option} {text!r}: expected numbers separated by commas, e.g. "
-                         "0.05,0.15") from exc
+        raise FieldError("{" + field + "} {text!r}: expected numbers separated by commas, "
+                         "e.g. 0.05,0.15", text=text) from exc
     if not values or any(not math.isfinite(v) or v < 0 for v in values):
-        raise ValueError(f"{option} {text!r}: expected one or more finite values >= 0")
+        raise FieldError("{" + field + "} {text!r}: expected one or more finite values >= 0",
+                         text=text)
     return values
 
 
@@ -114,14 +116,16 @@ def trainer_variant(spec: str, sweep: Sweep) -> Variant:
     if not value:
         if swept:
             f = swept[0]
-            raise ValueError(f"--trainer-mask {spec}: {mask} reads {OPTION[f]}, which is "
-                             f"swept ({', '.join(map(value_label, getattr(sweep, f)))}); "
-                             f"name the trainer's value, e.g. --trainer-mask "
-                             f"{mask}@{value_label(getattr(sweep, f)[0])}")
+            raise FieldError("{trainer_mask} {spec}: {mask} reads {" + f + "}, which is swept "
+                             "({values}); name the trainer's value, e.g. {trainer_mask} "
+                             "{mask}@{first}", spec=spec, mask=mask,
+                             values=", ".join(map(value_label, getattr(sweep, f))),
+                             first=value_label(getattr(sweep, f)[0]))
         return Variant(mask, mask)
     reads = [f for f in MASKS[mask].thresholds if f in SWEPT]
     if len(reads) != 1:
-        raise ValueError(f"--trainer-mask {spec}: {mask} reads no single threshold of "
-                         f"{', '.join(OPTION.values())}; pass the plain name")
-    (val,) = parse_values(value, "--trainer-mask")
+        raise FieldError("{trainer_mask} {spec}: {mask} reads no single threshold of "
+                         + ", ".join("{%s}" % f for f in SWEPT) + "; pass the plain name",
+                         spec=spec, mask=mask)
+    (val,) = parse_values(value, "trainer_mask")
     return Variant(f"{mask}@{value_label(val)}", mask, ((reads[0], val),))

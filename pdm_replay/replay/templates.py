@@ -15,16 +15,18 @@ Examples
 >>> is_template(Path("ckpt/policy")), resolve(Path("ckpt/policy"), 7).as_posix()
 (False, 'ckpt/policy')
 >>> try:
-...     check_template(Path("ckpt/{epoch}"), "--checkpoint")
+...     check_template(Path("ckpt/{epoch}"), "checkpoint")
 ... except ValueError as exc:
 ...     print(exc)
---checkpoint ckpt/{epoch}: unknown field {epoch}; a path template may use {step} and {next_step}
+checkpoint ckpt/{epoch}: unknown field {epoch}; a path template may use {step} and {next_step}
 """
 
 from __future__ import annotations
 
 import string
 from pathlib import Path
+
+from pdm_replay.errors import FieldError
 
 FIELDS = ("step", "next_step")
 
@@ -42,12 +44,14 @@ def is_template(path: Path | str | None) -> bool:
     return path is not None and bool(template_fields(path))
 
 
-def check_template(path: Path | str, option: str) -> None:
-    """Raise ``ValueError`` for a field other than ``{step}`` / ``{next_step}``."""
+def check_template(path: Path | str, field: str) -> None:
+    """Raise a :class:`FieldError` naming config field ``field`` (``checkpoint``, ...)
+    for a template field other than ``{step}`` / ``{next_step}``."""
     for name in template_fields(path):
         if name not in FIELDS:
-            raise ValueError(f"{option} {path}: unknown field {{{name}}}; a path template "
-                             "may use {step} and {next_step}")
+            raise FieldError("{" + field + "} {path}: unknown field {{{name}}}; a path "
+                             "template may use {{step}} and {{next_step}}", path=path,
+                             name=name)
 
 
 def resolve(path: Path, step: int | None) -> Path:

@@ -51,7 +51,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from pdm_replay.errors import InputError
+from pdm_replay.errors import FieldError, InputError
 from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
                                            comparisons_table)
@@ -264,6 +264,11 @@ class SqlRefused(InputError):
     """A user query that is not one read-only statement."""
 
 
+class SqlFieldRefused(FieldError, SqlRefused):
+    """A refused query or output whose message names `pdm-replay sql`'s config fields
+    (``report.produce.SqlConfig``: ``format``, ``out``)."""
+
+
 def read_only_query(sql: str) -> str:
     """``sql`` if DuckDB's own parser finds exactly one SELECT statement in it (``SELECT``,
     ``WITH``, ``FROM``, ``VALUES``, ``DESCRIBE``, ``SUMMARIZE``, ``SHOW``); else
@@ -280,7 +285,7 @@ def read_only_query(sql: str) -> str:
     >>> read_only_query("COPY tokens TO 'x.csv'")
     Traceback (most recent call last):
     ...
-    pdm_replay.report.db.SqlRefused: COPY statement refused: ...
+    pdm_replay.report.db.SqlFieldRefused: COPY statement refused: ...
     """
     try:
         statements = duckdb.extract_statements(sql)
@@ -291,9 +296,9 @@ def read_only_query(sql: str) -> str:
                          "one query")
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
-        raise SqlRefused(f"{kind.name} statement refused: the SQL sandbox runs one read-only "
-                         "query (SELECT, WITH, FROM, DESCRIBE, SUMMARIZE); write results "
-                         "with --format csv|json|parquet --out FILE")
+        raise SqlFieldRefused("{kind} statement refused: the SQL sandbox runs one read-only "
+                              "query (SELECT, WITH, FROM, DESCRIBE, SUMMARIZE); write results "
+                              "with {format} csv|json|parquet {out} FILE", kind=kind.name)
     return sql
 
 

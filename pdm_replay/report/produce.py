@@ -29,10 +29,11 @@ import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import AtomicParquetWriter, atomic_write_bytes, temp_path_for
 from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report,
                                      combine_by_step)
-from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlRefused, connect,
+from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlFieldRefused, connect,
                                   read_only_query)
 from pdm_replay.report.legend import run_coverage
 from pdm_replay.report.limits import SQL_FORMATS
@@ -67,7 +68,7 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
     if cfg.format not in FORMATS:
         raise ValueError(f"unknown format {cfg.format!r}; expected one of {', '.join(FORMATS)}")
     if cfg.by not in (None, "step"):
-        raise ValueError(f"--by {cfg.by!r}: expected step")
+        raise FieldError("{by} {got!r}: expected step", got=cfg.by)
     opts = {"memory_limit": cfg.memory_limit, "threads": cfg.threads,
             "thresholds": cfg.thresholds()}
     boot = {"bootstrap_samples": cfg.bootstrap_samples, "confidence": cfg.confidence,
@@ -86,8 +87,8 @@ def produce_report(cfg: ReportConfig) -> tuple[Report, str]:
             with connect(db.info, step=step, **opts) as step_db:
                 per_step[step] = build_report(step_db, **boot)
         if not per_step:
-            raise ValueError(f"{cfg.source}: --by step needs the tokens' step column "
-                             "(it holds no logged step)")
+            raise FieldError("{by} step needs the tokens' step column (it holds no logged "
+                             "step)", file=cfg.source)
         report = dataclasses.replace(combine_by_step(per_step), coverage=coverage)
     text = render(report, cfg.format, plots, cfg.wide)
     if cfg.out is not None:
@@ -141,7 +142,7 @@ def run_sql(cfg: SqlConfig) -> str | None:
         raise ValueError(f"unknown format {cfg.format!r}; expected one of "
                          f"{', '.join(SQL_FORMATS)}")
     if cfg.format == "parquet" and cfg.out is None:
-        raise ValueError("--format parquet needs --out FILE")
+        raise FieldError("{format} parquet needs {out} FILE")
     params = _param_dict(cfg.params)
     query = read_only_query(cfg.query)
     with connect(cfg.source, memory_limit=cfg.memory_limit, threads=cfg.threads) as db:
@@ -172,8 +173,8 @@ def _refuse_run_output(out: Path | str | None, info: RunInfo) -> None:
     data = {p.resolve() for p in (*info.tokens_files, *info.updates_files)}
     root = info.source.resolve() if info.source.is_dir() else None
     if target in data or (root is not None and root in target.parents):
-        raise SqlRefused(f"--out {out} is inside the run being queried; write the result "
-                         "elsewhere", file=out)
+        raise SqlFieldRefused("{out} {path} is inside the run being queried; write the "
+                              "result elsewhere", file=out, path=out)
 
 
 def _write_csv(reader: pa.RecordBatchReader, out: Path | None) -> str | None:

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from pdm_replay.errors import FieldError
 from pdm_replay.io.rollouts import RolloutWriter
 from pdm_replay.sample.model import ModelConfig, build_model, quiet_transformers
 from pdm_replay.sample.readme import render_readme
@@ -66,8 +67,13 @@ SIZES: dict[str, SizePreset] = {
 }
 
 
+class SampleExists(FieldError, FileExistsError):
+    """The sample directory already holds a sample (a ``FileExistsError`` too)."""
+
+
 @dataclass(frozen=True)
 class SampleConfig:
+
     """Options of ``pdm-replay make-sample`` (1:1)."""
 
     seed: int = 0
@@ -77,7 +83,8 @@ class SampleConfig:
     @property
     def preset(self) -> SizePreset:
         if self.size not in SIZES:
-            raise ValueError(f"--size {self.size!r}: expected one of {', '.join(SIZES)}")
+            raise FieldError("{size} {got!r}: expected one of {known}", got=self.size,
+                             known=", ".join(SIZES))
         return SIZES[self.size]
 
     def command(self, out_dir: str) -> str:
@@ -110,8 +117,8 @@ def deterministic(seed: int) -> Iterator[None]:
 def _check_target(out_dir: Path, force: bool) -> None:
     taken = [e for e in ENTRIES if (out_dir / e).exists()]
     if taken and not force:
-        raise FileExistsError(f"{out_dir}: already holds {', '.join(taken)}; pass --force "
-                              "to replace them or choose another OUT_DIR")
+        raise SampleExists("already holds {taken}; pass {force} to replace them or choose "
+                           "another {out_dir}", file=out_dir, taken=", ".join(taken))
 
 
 def _move_into_place(tmp: Path, out_dir: Path) -> None:

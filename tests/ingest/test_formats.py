@@ -174,8 +174,9 @@ def test_conflicting_sampler_settings_warn(tmp_path: Path, truth: Truth) -> None
 def test_vocab_size_required(tmp_path: Path, truth: Truth) -> None:
     from pdm_replay.ingest import IngestError
     src = write_jsonl(tmp_path / "g.jsonl", [vllm_record(truth, 0)])
-    with pytest.raises(IngestError, match="vocab-size"):
+    with pytest.raises(IngestError, match="pass vocab_size N or tokenizer PATH") as info:
         ingest(IngestConfig("vllm", (src,), tmp_path / "log.parquet"))
+    assert info.value.fields == ("vocab_size", "tokenizer")  # the CLI: --vocab-size ...
 
 
 def test_no_top_k_warns_and_stays_valid(tmp_path: Path) -> None:

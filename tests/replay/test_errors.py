@@ -66,7 +66,7 @@ def test_pickle_only_needs_the_flag(tmp_path, replay_log):
     model.config.save_pretrained(ckpt)
     torch.save(model.state_dict(), ckpt / "pytorch_model.bin")  # a pre-safetensors checkpoint
     msg = expect_error("only pickle weights", replay_log, ckpt, tmp_path / "run", CheckpointError)
-    assert "--allow-pickle" in msg
+    assert "pass allow_pickle if you trust the files" in msg  # the CLI: --allow-pickle
     res = replay(replay_log, ckpt, tmp_path / "run", allow_pickle=True)
     assert res.manifest["status"] == "complete"
 
@@ -76,7 +76,7 @@ def test_remote_code_needs_the_flag(tmp_path, replay_log, model_dir):
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    expect_error("--trust-remote-code", replay_log, ckpt, tmp_path / "run")
+    expect_error("pass trust_remote_code only if", replay_log, ckpt, tmp_path / "run")
 
 
 def test_vocabulary_mismatch(tmp_path, replay_log):
@@ -93,7 +93,7 @@ def test_tokenizer_mismatch(tmp_path, model_dir):
     ckpt = copy_ckpt(model_dir, tmp_path / "ckpt")
     (ckpt / "tokenizer_config.json").write_text(json.dumps({"name_or_path": "meta/Llama-3"}))
     msg = expect_error("tokenizer mismatch", log, ckpt, tmp_path / "run")
-    assert "Qwen/Qwen3-0.6B" in msg and "--no-tokenizer-check" in msg
+    assert "Qwen/Qwen3-0.6B" in msg and "pass tokenizer_check=False" in msg  # CLI: --no-...
     replay(log, ckpt, tmp_path / "run", tokenizer_check=False)
 
 
@@ -134,8 +134,9 @@ def test_existing_run_dir_without_resume(tmp_path, replay_log, model_dir):
     out = tmp_path / "run"
     out.mkdir()
     (out / "manifest.json").write_text("{}")
-    with pytest.raises(ValueError, match="--resume"):
+    with pytest.raises(ValueError, match="pass resume to continue it") as info:
         replay(replay_log, tmp_path / "no-checkpoint-needed", out)
+    assert info.value.fields == ("resume", "out")  # the CLI: --resume, --out
     assert sorted(p.name for p in out.iterdir()) == [".lock", "manifest.json"]
 
 

@@ -75,7 +75,7 @@ def test_replay_seeds_use_disjoint_samples(tmp_path, replay_log, model_dir):
 def test_too_many_seeds_fail_before_the_run_or_overlap_when_allowed(tmp_path, replay_log,
                                                                     model_dir):
     cfg = dict(log=replay_log, checkpoint=model_dir, seeds=3, batch_size=8, **SMALL)
-    with pytest.raises(ValueError, match="the log has 16: 2 seeds fit.*--allow-overlap"):
+    with pytest.raises(ValueError, match="the log has 16: 2 seeds fit.*pass allow_overlap"):
         run_replay(ReplayConfig(out=tmp_path / "no", **cfg))
     assert not (tmp_path / "no").exists()
     res = run_replay(ReplayConfig(out=tmp_path / "yes", allow_overlap=True, **cfg))

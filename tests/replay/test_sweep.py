@@ -34,12 +34,13 @@ def test_trainer_mask_names_its_threshold_when_swept():
     sweep = Sweep(delta_kl=(0.05, 0.15))
     assert trainer_variant("pdm_kl_agg@0.05", sweep).values == (("delta_kl", 0.05),)
     assert trainer_variant("dppo_topk_tv", sweep).name == "dppo_topk_tv"
-    with pytest.raises(ValueError, match="e.g. --trainer-mask pdm_kl_agg@0.05"):
+    with pytest.raises(ValueError, match="e.g. trainer_mask pdm_kl_agg@0.05") as info:
         trainer_variant("pdm_kl_agg", sweep)
+    assert info.value.fields == ("trainer_mask", "delta_kl")  # the CLI spells them as flags
     with pytest.raises(ValueError, match="unknown mask"):
         trainer_variant("nope@0.1", sweep)
     with pytest.raises(ValueError, match="numbers separated by commas"):
-        parse_values("0.05,x", "--delta-kl")
+        parse_values("0.05,x", "delta_kl")
 
 
 def updates(run, seed: int, mask: str):

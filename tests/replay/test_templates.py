@@ -90,7 +90,7 @@ def test_a_missing_step_checkpoint_fails_before_the_run(tmp_path, steps_log, ckp
     only = tmp_path / "only"  # keeps step 2's checkpoint, not step 3's
     only.mkdir()
     (only / "step_2").symlink_to(ckpts / "step_2", target_is_directory=True)
-    with pytest.raises(ValueError, match=r"--next-checkpoint \(logged step 2\): .*step_3: "
+    with pytest.raises(ValueError, match=r"^next_checkpoint \(logged step 2\): .*step_3: "
                        "not a directory"):
         run_replay(ReplayConfig(log=steps_log, checkpoint=ckpts / "step_{step}",
                                 next_checkpoint=only / "step_{next_step}",
@@ -101,6 +101,6 @@ def test_a_missing_step_checkpoint_fails_before_the_run(tmp_path, steps_log, ckp
 
 def test_unknown_template_fields_are_rejected():
     with pytest.raises(ValueError, match=r"unknown field \{rank\}"):
-        check_template("ckpt/{rank}", "--checkpoint")
+        check_template("ckpt/{rank}", "checkpoint")
     with pytest.raises(ValueError, match="not a valid path template"):
-        check_template("ckpt/{step", "--checkpoint")
+        check_template("ckpt/{step", "checkpoint")

@@ -209,8 +209,9 @@ def test_existing_sample_needs_force(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "s"
     out.mkdir()
     (out / "README.md").write_text("keep me")
-    with pytest.raises(FileExistsError, match="--force"):
+    with pytest.raises(FileExistsError, match="pass force to replace them") as info:
         make_sample(out, SampleConfig(size="tiny"))
+    assert info.value.fields == ("force", "out_dir")  # the CLI: --force, OUT_DIR
     assert (out / "README.md").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
