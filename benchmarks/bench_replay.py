@@ -29,6 +29,7 @@ replay``: the figures are what the CLI gets, and a shared machine's load moves t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -223,6 +224,34 @@ def _fwd_bwd_fwd(model, batches) -> None:
             model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
 
 
+def _timed(fn) -> tuple[float, float]:
+    """Wall and CPU seconds (all threads of this process) of one call of ``fn``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+@contextlib.contextmanager
+def _update_cpu_seconds():
+    """CPU seconds of each simulated update of a replay, in mask order. CPU time is steadier
+    than wall time on a shared machine: idle OpenMP threads sleep (``apply_wait_policy``),
+    so time slices lost to other processes do not count, where they stretch wall time."""
+    import pdm_replay.commands.replay as command
+    seconds, simulate = [], command._simulate
+
+    def timed(*args, **kwargs):
+        cpu = time.process_time()
+        try:
+            return simulate(*args, **kwargs)
+        finally:
+            seconds.append(time.process_time() - cpu)
+    command._simulate = timed
+    try:
+        yield seconds
+    finally:
+        command._simulate = simulate
+
+
 def real_size(tmp: Path, repeats: int, chunk: int) -> dict:
     """Section 4: the Qwen3-0.6B shape; every ratio within this one call."""
     model = qwen3(**REAL, real=True)
@@ -240,19 +269,21 @@ def real_size(tmp: Path, repeats: int, chunk: int) -> dict:
                                           PassConfig(chunk_tokens=chunk))
         plain(), recompute()  # warm-up
         t_plain, t_re = best_of_alternating([plain, recompute], repeats)
-    fbf = lambda: best_of_alternating([lambda: _fwd_bwd_fwd(model, batches)], 1)[0]  # noqa: E731
     model.save_pretrained(tmp / "ckpt")
     # The baseline brackets the replay (before and after it, same process and batch), so a
     # change of the shared machine's load during the replay shows as a before/after gap.
-    fbf_before = fbf()
-    res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run", seeds=1,
-                                  batch_size=2, micro_batch_size=2, optimizer="sgd", lr=1e-4,
-                                  attribution=False, update_masks=REAL_MASKS,
-                                  chunk_tokens=chunk))
-    fbf_after = fbf()
-    t_fbf = (fbf_before + fbf_after) / 2
+    fbf_before, cpu_before = _timed(lambda: _fwd_bwd_fwd(model, batches))
+    with _update_cpu_seconds() as update_cpu:
+        res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run",
+                                      seeds=1, batch_size=2, micro_batch_size=2,
+                                      optimizer="sgd", lr=1e-4, attribution=False,
+                                      update_masks=REAL_MASKS, chunk_tokens=chunk))
+    fbf_after, cpu_after = _timed(lambda: _fwd_bwd_fwd(model, batches))
+    t_fbf, cpu_fbf = (fbf_before + fbf_after) / 2, (cpu_before + cpu_after) / 2
     per_mask = [_best(res, f"update_{m}_s") for m in REAL_MASKS]
-    return {"fwd_bwd_fwd_before_s": fbf_before, "fwd_bwd_fwd_after_s": fbf_after,
+    return {"fwd_bwd_fwd_cpu_s": cpu_fbf, "per_mask_cpu_s": update_cpu,
+            "extra_mask_cpu_vs_fwd_bwd_fwd": [t / cpu_fbf for t in update_cpu[1:]],
+            "fwd_bwd_fwd_before_s": fbf_before, "fwd_bwd_fwd_after_s": fbf_after,
             "tokens": int(sum(b.input_ids.numel() for b in batches)),
             "response_tokens": len(sb.flat), "plain_forward_s": t_plain, "recompute_s": t_re,
             "recompute_ratio": t_re / t_plain, "fwd_bwd_fwd_s": t_fbf,
@@ -267,8 +298,10 @@ def report_real(r: dict, mem: list[dict]) -> None:
     print(f"forward + backward + forward {r['fwd_bwd_fwd_s']:.2f} s (before the replay "
           f"{r['fwd_bwd_fwd_before_s']:.2f} s, after {r['fwd_bwd_fwd_after_s']:.2f} s); "
           f"pre pass {r['pre_pass_s']:.2f} s")
-    for name, s in zip(r["masks"], r["per_mask_s"]):
-        print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd")
+    print(f"CPU seconds (all threads): forward + backward + forward {r['fwd_bwd_fwd_cpu_s']:.2f} s")
+    for name, s, c in zip(r["masks"], r["per_mask_s"], r["per_mask_cpu_s"]):
+        print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd; "
+              f"CPU {c:.2f} s = {c / r['fwd_bwd_fwd_cpu_s']:.3f}x")
     for m in mem:
         print(f"vocab {m['vocab']:>7}: recompute peak growth {m['peak_growth'] / GiB:.3f} GiB, "
               f"chunk {m['chunk_bytes'] / GiB:.3f} GiB, growth - chunk "
