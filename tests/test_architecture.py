@@ -163,3 +163,24 @@ def test_long_function_check_counts_the_full_span(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(f'def ok():\n    """Doc."""\n{body}\n\n'
                                    f'def long():\n    """Doc."""\n{body}\n    return 1\n')
     assert long_functions(tmp_path) == {("m.py", "long"): 41}
+
+
+def duplicate_test_basenames(root: Path) -> dict[str, list[Path]]:
+    """Test modules sharing a file name under ``root``: the suite has no ``__init__.py``
+    files, so pytest's default import mode imports each by its bare name and refuses the
+    second (``import file mismatch``) on a clean clone, where no ``__pycache__`` hides it."""
+    seen: dict[str, list[Path]] = {}
+    for path in sorted(root.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(path)
+    return {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_test_module_names_are_unique() -> None:
+    assert duplicate_test_basenames(Path(__file__).parent) == {}
+
+
+def test_duplicate_basename_check_sees_nested_twins(tmp_path: Path) -> None:
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "test_x.py").write_text("")
+    assert list(duplicate_test_basenames(tmp_path)) == ["test_x.py"]
