@@ -3,14 +3,19 @@ after the server is up).
 
 Serves a run with ``pdm-replay dashboard`` and, beside it in the same run, a baseline: an
 empty Streamlit page (``st.title`` only) served by ``streamlit run``. Once a server answers
-``/_stcore/health``, headless Chromium (Playwright, the dev extra; Debian's
-``/usr/bin/chromium``) opens it; a page counts as rendered when its title heading shows and
-Streamlit's script run is finished (no running script, no skeleton). Printed per page: the
-seconds from navigation to rendered (cold: the first visit after the server started, every
-cache empty; warm: a second visit) and the ratio to the empty page's first render.
+``/_stcore/health`` (the server is up), headless Chromium (Playwright, the dev extra;
+Debian's ``/usr/bin/chromium``) opens it at once; a page counts as rendered when its title
+heading shows and Streamlit's script run is finished (no running script, no skeleton).
+Printed: each server's start (command to health); per page the seconds from navigation to
+rendered (cold: the first visit after the server is up, no session before it, so the
+Overview waits for whatever of the server's start-up computation is left; warm: a second
+visit) and the ratio to the empty page's first render; and command to first page rendered
+for both servers (start + cold first page).
 
-Usage: ``python benchmarks/bench_dashboard.py [--run RUN_DIR] [--json out.json]``
-(default run: a 3-seed synthetic replay of 4,500 samples, written to a temp dir).
+Usage: ``python benchmarks/bench_dashboard.py [--run RUN_DIR] [--settle S] [--json out.json]``
+(default run: a 3-seed synthetic replay of 4,500 samples, written to a temp dir);
+``--settle S`` waits S seconds after the health check before the first visit (then the
+start-up computation has finished, and the cold Overview shows the page's own cost).
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(cmd: list[str], port: int, log: Path) -> subprocess.Popen:
-    """Start ``cmd``; return once it answers /_stcore/health."""
+def serve(cmd: list[str], port: int, log: Path) -> tuple[subprocess.Popen, float]:
+    """Start ``cmd``; return it and its start seconds once it answers /_stcore/health."""
+    t0 = time.perf_counter()
     process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -48,9 +54,9 @@ def serve(cmd: list[str], port: int, log: Path) -> subprocess.Popen:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health",
                                         timeout=2) as r:
                 if r.read() == b"ok":
-                    return process
+                    return process, time.perf_counter() - t0
         except OSError:
-            time.sleep(0.2)
+            time.sleep(0.05)
     process.kill()
     raise SystemExit(f"{cmd[:4]} did not start:\n{log.read_text()}")
 
@@ -88,9 +94,48 @@ def synthetic_run(root: Path) -> Path:
                                tokens_per_sample=32, exact=True)
 
 
+def commands(run: Path, tmp: Path, ports: list[int]) -> list[list[str]]:
+    """The empty page's server and the dashboard's."""
+    (tmp / "empty.py").write_text(EMPTY_APP)
+    return [[sys.executable, "-m", "streamlit", "run", str(tmp / "empty.py"),
+             "--server.port", str(ports[0]), "--server.headless", "true",
+             "--browser.gatherUsageStats", "false"],
+            [sys.executable, "-m", "pdm_replay", "dashboard", str(run), "--port",
+             str(ports[1])]]
+
+
+def served(browser, cmd: list[str], port: int, log: Path, titles: list[str],
+           settle: float) -> tuple[float, dict[str, dict[str, float]]]:
+    """Start ``cmd``, visit ``titles`` as soon as it is up (after ``settle`` s), stop it:
+    its start seconds and the pages' times. One server at a time, so neither's start-up
+    runs beside the other's pages."""
+    process, start = serve(cmd, port, log)
+    try:
+        time.sleep(settle)
+        return start, measure(browser, f"http://127.0.0.1:{port}", titles)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def report(run: Path, starts: list[float], base: dict[str, float],
+           pages: dict[str, dict[str, float]]) -> None:
+    print(f"run {run}; server start (command to /_stcore/health): empty page "
+          f"{starts[0]:.2f} s, dashboard {starts[1]:.2f} s")
+    print(f"empty Streamlit page: cold {base['cold']:.2f} s, warm {base['warm']:.2f} s")
+    print(f"{'page':<18} {'cold s':>7} {'× empty':>8} {'warm s':>7} {'× empty':>8}")
+    for title, t in pages.items():
+        print(f"{title:<18} {t['cold']:>7.2f} {t['cold'] / base['cold']:>7.2f}× "
+              f"{t['warm']:>7.2f} {t['warm'] / base['warm']:>7.2f}×")
+    first = next(iter(pages.values()))["cold"]
+    print(f"command to first page rendered: empty page {starts[0] + base['cold']:.2f} s, "
+          f"dashboard {starts[1] + first:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=None)
+    parser.add_argument("--settle", type=float, default=0.0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
@@ -99,32 +144,24 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_dashboard_"))
     run = args.run or synthetic_run(tmp)
-    (tmp / "empty.py").write_text(EMPTY_APP)
-    ports = free_port(), free_port()
-    servers = [serve([sys.executable, "-m", "streamlit", "run", str(tmp / "empty.py"),
-                      "--server.port", str(ports[0]), "--server.headless", "true",
-                      "--browser.gatherUsageStats", "false"], ports[0], tmp / "empty.log"),
-               serve([sys.executable, "-m", "pdm_replay", "dashboard", str(run), "--port",
-                      str(ports[1])], ports[1], tmp / "dashboard.log")]
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM,
-                                        args=["--headless", "--no-sandbox", "--disable-gpu"])
-            base = measure(browser, f"http://127.0.0.1:{ports[0]}", ["Empty"])["Empty"]
-            pages = measure(browser, f"http://127.0.0.1:{ports[1]}", [t for _, t, _ in PAGES])
-            browser.close()
-    finally:
-        for s in servers:
-            s.terminate()
-            s.wait(timeout=30)
-    print(f"run {run}; empty Streamlit page: cold {base['cold']:.2f} s, warm "
-          f"{base['warm']:.2f} s")
-    print(f"{'page':<18} {'cold s':>7} {'× empty':>8} {'warm s':>7} {'× empty':>8}")
-    for title, t in pages.items():
-        print(f"{title:<18} {t['cold']:>7.2f} {t['cold'] / base['cold']:>7.2f}× "
-              f"{t['warm']:>7.2f} {t['warm'] / base['warm']:>7.2f}×")
+    ports = [free_port(), free_port()]
+    empty_cmd, dash_cmd = commands(run, tmp, ports)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--headless", "--no-sandbox", "--disable-gpu"])
+        empty_start, empty = served(browser, empty_cmd, ports[0], tmp / "empty.log",
+                                    ["Empty"], args.settle)
+        dash_start, pages = served(browser, dash_cmd, ports[1], tmp / "dashboard.log",
+                                   [t for _, t, _ in PAGES], args.settle)
+        browser.close()
+    base, starts = empty["Empty"], [empty_start, dash_start]
+    for line in (tmp / "dashboard.log").read_text().splitlines():
+        if line.startswith("pdm-replay dashboard:"):  # the server's start-up computation
+            print(line)
+    report(run, starts, base, pages)
     if args.json:
-        args.json.write_text(json.dumps({"empty": base, "pages": pages}, indent=2))
+        args.json.write_text(json.dumps({"start": starts, "settle": args.settle,
+                                         "empty": base, "pages": pages}, indent=2))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Mapping, NoReturn
 
 from pdm_replay.errors import FieldError
-from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
-                                      ENV_TOKENIZER)
+from pdm_replay.dashboard_app import (ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
+                                      ENV_TOKENIZER, SERVER_FILE)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
@@ -66,9 +66,10 @@ def exposure_warning(cfg: DashboardConfig) -> str | None:
 
 
 def streamlit_command(cfg: DashboardConfig) -> list[str]:
-    """The ``python -m streamlit run`` command line: headless, no usage statistics, no file
-    watcher, no developer toolbar, bound to ``cfg.host`` only."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP_FILE),
+    """The ``python -m streamlit run`` command line of the server (:mod:`.server`, which
+    computes the first page at start-up): headless, no usage statistics, no file watcher,
+    no developer toolbar, bound to ``cfg.host`` only."""
+    return [sys.executable, "-m", "streamlit", "run", str(SERVER_FILE),
             "--server.address", cfg.host, "--server.port", str(cfg.port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none", "--server.runOnSave", "false",

@@ -6,6 +6,11 @@ library function and its arguments. The fingerprint (names, sizes and mtimes of 
 manifest, the done markers and the Parquet files) changes when a replay adds a seed, so a
 reload shows it. Every failure becomes a message in the page (:func:`fail`), not a
 traceback.
+
+The server fills the same caches at start-up (:mod:`.warmup` calls :func:`open_run` and
+:func:`compute`, the raising forms of :func:`current_run` and :func:`data`), before the
+first session; :data:`WARM_UP` records what it did, and a failure there is shown on the
+pages of the run it was computing (:func:`open_page`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import hashlib
 import os
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -41,6 +46,21 @@ class RunRef:
 
     path: str
     fingerprint: str
+
+
+@dataclass
+class WarmUp:
+    """What the server's start-up computation (:mod:`.warmup`) did, for the pages to show:
+    the run it computed (``fingerprint``), its seconds and its error (None: it succeeded
+    or has not run); ``done`` is set when it has finished."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    fingerprint: str | None = None
+    seconds: float | None = None
+    error: str | None = None
+
+
+WARM_UP = WarmUp()  # one per server process
 
 
 class _Handle:
@@ -83,26 +103,35 @@ def _open(path: str, fingerprint: str, memory_limit: str) -> _Handle:
     return _Handle(db, status)
 
 
-def _handle(run: RunRef) -> _Handle:
+def open_run(run: RunRef) -> _Handle:
+    """The cached connection of ``run`` (opened on the first call); errors are raised."""
     memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
+    for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
+        load_mask_module(module)  # once per process: a second load is a no-op
+    return _open(run.path, run.fingerprint, memory_limit)
+
+
+def _handle(run: RunRef) -> _Handle:
     try:
-        for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
-            load_mask_module(module)  # once per process: a second load is a no-op
-        return _open(run.path, run.fingerprint, memory_limit)
+        return open_run(run)
     except ERRORS as err:
         fail(f"Cannot open `{run.path}`: {err}", START_HINT)
+
+
+def run_ref(path: Path) -> RunRef:
+    """The cache key of the run at ``path``: its resolved path and current fingerprint."""
+    return RunRef(str(path.resolve()), fingerprint(path))
 
 
 def current_run() -> RunRef:
     """The run named by ``$PDM_REPLAY_RUN_DIR``, opened; a message and stop when there is
     none, it does not exist, or it cannot be read."""
-    raw = os.environ.get(ENV_RUN_DIR, "").strip()
-    if not raw:
+    path = env_run()
+    if path is None:
         fail("No run directory was given.", START_HINT)
-    path = Path(raw).expanduser()
     if not path.exists():
         fail(f"`{path}`: no such run directory or tokens file.", START_HINT)
-    run = RunRef(str(path.resolve()), fingerprint(path))
+    run = run_ref(path)
     _handle(run)
     return run
 
@@ -121,15 +150,20 @@ def _cached(path: str, fingerprint: str, name: str, kwargs: dict[str, Any],
         return _fn(handle.db, **kwargs)
 
 
+def compute(run: RunRef, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """``fn(db, **kwargs)`` through the cache :func:`data` reads; errors are raised."""
+    return _cached(run.path, run.fingerprint, f"{fn.__module__}.{fn.__qualname__}", kwargs,
+                   fn)
+
+
 def data(run: RunRef, fn: Callable[..., Any], **kwargs: Any) -> Any:
     """``fn(db, **kwargs)`` for a report-API function ``fn``, cached per run and arguments.
 
     A failing query (e.g. a Parquet file damaged after the run was opened) shows a message
     and stops the page.
     """
-    name = f"{fn.__module__}.{fn.__qualname__}"
     try:
-        return _cached(run.path, run.fingerprint, name, kwargs, fn)
+        return compute(run, fn, **kwargs)
     except ERRORS as err:
         fail(f"Query `{fn.__name__}` on `{run.path}` failed: {err}",
              "If a replay is still writing this directory, wait and reload; otherwise "
@@ -149,11 +183,30 @@ def tokenizer(run: RunRef) -> LoadedTokenizer:
     return _tokenizer(tuple(tokenizer_candidates(info, explicit)))
 
 
+def env_run() -> Path | None:
+    """The run ``$PDM_REPLAY_RUN_DIR`` names (None when unset); it may not exist."""
+    raw = os.environ.get(ENV_RUN_DIR, "").strip()
+    return Path(raw).expanduser() if raw else None
+
+
+def _warm_up_note() -> None:
+    """The start-up computation's error, while the run is as it was when it failed (after
+    a change the page's own computation is the news, and it shows its own errors)."""
+    if not WARM_UP.error:
+        return
+    path = env_run()
+    now = fingerprint(path) if path is not None and path.exists() else None
+    if WARM_UP.fingerprint == now:
+        st.warning(f"The server's start-up computation of this run failed: {WARM_UP.error}. "
+                   "The page computed it again (its own error, if any, follows).", icon="⚠️")
+
+
 def open_page(title: str, caption: str | None = None) -> RunRef:
     """Title the page, open the run (or explain why not) and show its caveats."""
     st.title(title)
     if caption:
         st.caption(caption)
+    _warm_up_note()
     run = current_run()
     info, status = run_info(run)
     if status.partial:

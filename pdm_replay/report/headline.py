@@ -99,9 +99,10 @@ def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int,
 
 
 def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
-             seed: int = 0) -> pl.DataFrame:
-    """One row per (basis, family, estimator, delta): see the module docstring."""
-    by_seed = db.named("alignment_by_seed")
+             seed: int = 0, by_seed: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (basis, family, estimator, delta): see the module docstring.
+    ``by_seed``: ``alignment_by_seed`` where the caller has read it (else it is read)."""
+    by_seed = db.named("alignment_by_seed") if by_seed is None else by_seed
     clusters = db.named("cluster_counts")
     n_samples = int(db.named("n_samples")["n"][0])
     independent = db.seeds_independent()

@@ -102,16 +102,19 @@ class ReportWarning:
     threshold: float | None = None  # the limit crossed (MIN_TOKENS, ...), where there is one
 
 
-def run_coverage(db: ReportDB) -> Coverage:
-    """The :class:`Coverage` of ``db``'s run."""
-    health = db.named("log_health").row(0, named=True)
+def run_coverage(db: ReportDB, *, health: pl.DataFrame | None = None,
+                 by_seed: pl.DataFrame | None = None) -> Coverage:
+    """The :class:`Coverage` of ``db``'s run; ``health`` (``log_health``) and ``by_seed``
+    (``alignment_by_seed``) are read from ``db`` unless a caller that has them passes them."""
+    health_row = (db.named("log_health") if health is None else health).row(0, named=True)
     manifest = db.info.manifest or {}
-    heads = db.named("alignment_by_seed")
+    heads = db.named("alignment_by_seed") if by_seed is None else by_seed
     own = sorted({u for u in heads.filter(pl.col("basis") == "own")["update_mask"].to_list()
                   if u is not None}) if heads.height else []
     log_rows = manifest.get("log_rows")
     return Coverage(kind=db.info.kind, n_samples=int(db.named("n_samples")["n"][0]),
-                    n_tokens=int(health["n_tokens"]), n_seeds=int(health["n_seeds"] or 0),
+                    n_tokens=int(health_row["n_tokens"]),
+                    n_seeds=int(health_row["n_seeds"] or 0),
                     log_samples=int(log_rows) if log_rows is not None else None,
                     status=manifest.get("status"),
                     bases=tuple(b for b in ("actual", "own", "none")
@@ -216,15 +219,3 @@ def _few_seeds(headline: pl.DataFrame) -> list[ReportWarning]:
 def _key(r: dict[str, Any]) -> str:
     step = f"step {r['step']} " if "step" in r else ""
     return f"{step}{r['basis']} {r['family']}/{r['estimator']} δ = {r['delta']:g}"
-
-
-def explain(db: ReportDB) -> tuple[str, list[ReportWarning], pl.DataFrame]:
-    """The coverage line, the warnings and the headline they read (the dashboard's
-    Overview shows all three from one cached call: the headline is computed once)."""
-    from pdm_replay.report import api  # api imports the db layer this module sits beside
-
-    coverage = run_coverage(db)
-    head = api.headline(db)
-    warnings = report_warnings(db, api.seed_rates(db), head, api.behavior_fidelity(db),
-                               coverage)
-    return coverage_line(coverage), warnings, head

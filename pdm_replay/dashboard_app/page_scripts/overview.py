@@ -1,5 +1,9 @@
 """Overview page: the run's manifest, the headline alignment table, per-seed unsafe-keep
-rates of ratio vs predictive masks, and the mask summary."""
+rates of ratio vs predictive masks, and the mask summary.
+
+Its data is one cached call (:func:`pdm_replay.report.overview.overview`), which the server
+computes at start-up (:mod:`pdm_replay.dashboard_app.warmup`) so the first session finds it
+ready."""
 
 from __future__ import annotations
 
@@ -11,19 +15,19 @@ import streamlit as st
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.charts import headline_columns, headline_order
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
-from pdm_replay.report import api
 from pdm_replay.report.headline import threshold_comparison
-from pdm_replay.report.legend import LEGEND, explain
+from pdm_replay.report.legend import LEGEND
+from pdm_replay.report.overview import Overview, overview
 from pdm_replay.report.render import display_frame
 
 HEADLINE_HELP = "  \n".join(f"**{term}**: {text}" for term, text in LEGEND)
 
 
-def _manifest(run: RunRef) -> None:
+def _manifest(run: RunRef, ov: Overview) -> None:
     info, status = run_info(run)
     manifest: Mapping[str, Any] = info.manifest or {}
     config = manifest.get("config") or {}
-    health = data(run, api.log_health).row(0, named=True)
+    health = ov.health
     cols = st.columns(5)
     cols[0].metric("Kind", info.kind)
     cols[1].metric("Status", status.status or "n/a")
@@ -37,16 +41,17 @@ def _manifest(run: RunRef) -> None:
         left, right = st.columns(2)
         left.json(dict(config) or {"config": "not recorded"}, expanded=True)
         right.json({"versions": manifest.get("versions"), "log_meta": manifest.get("log_meta"),
-                    "thresholds": data(run, api.settings).row(0, named=True)}, expanded=True)
+                    "thresholds": ov.settings}, expanded=True)
 
 
 def render() -> None:
     run = open_page("Overview", "What was replayed, and how the ratio and predictive "
                     "direction criteria compare on the tokens where they disagree.")
-    _manifest(run)
-    cover, warns, head = data(run, explain)
-    st.caption(f"Coverage: {cover}")
-    for w in warns:
+    ov = data(run, overview)
+    _manifest(run, ov)
+    head = ov.headline
+    st.caption(f"Coverage: {ov.coverage}")
+    for w in ov.warnings:
         st.warning(w.message, icon="⚠️")
     with st.expander("Legend: what each number means"):
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
@@ -58,14 +63,14 @@ def render() -> None:
         st.subheader("Threshold comparison: every δ side by side")
         st.dataframe(side, hide_index=True, key="threshold_comparison")
     st.subheader("Unsafe-keep rate per seed")
-    rates = data(run, api.seed_rates)
+    rates = ov.seed_rates
     if rates.filter(pl.col("unsafe_ratio").is_not_null()
                     | pl.col("unsafe_predictive").is_not_null()).is_empty():
         st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
     else:
         st.altair_chart(charts.seed_unsafe_chart(rates))
     st.subheader("Mask summary")
-    st.dataframe(display_frame("mask_summary", data(run, api.mask_summary)), hide_index=True,
+    st.dataframe(display_frame("mask_summary", ov.mask_summary), hide_index=True,
                  key="mask_summary")
 
 
