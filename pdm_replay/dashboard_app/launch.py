@@ -1,4 +1,5 @@
-"""Start the dashboard server: ``streamlit run`` on the packaged app, bound to localhost.
+"""Start the dashboard server: ``streamlit run`` on the packaged app (through
+:mod:`.serve`), bound to localhost.
 
 Kept free of Streamlit imports so the CLI can explain a missing ``dashboard`` extra.
 
@@ -7,7 +8,7 @@ Examples
 >>> cfg = DashboardConfig(run=Path("runs/r1"), port=8600)
 >>> cmd = streamlit_command(cfg)
 >>> cmd[1:4], cmd[cmd.index("--server.address") + 1], cmd[cmd.index("--server.port") + 1]
-(['-m', 'streamlit', 'run'], '127.0.0.1', '8600')
+(['-m', 'pdm_replay.dashboard_app.serve', 'run'], '127.0.0.1', '8600')
 >>> streamlit_env(cfg, {})["PDM_REPLAY_RUN_DIR"].endswith("r1")
 True
 """
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import Mapping, NoReturn
 
 from pdm_replay.errors import FieldError
-from pdm_replay.dashboard_app import (ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
-                                      ENV_TOKENIZER, SERVER_FILE)
+from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT,
+                                      ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
@@ -66,10 +67,10 @@ def exposure_warning(cfg: DashboardConfig) -> str | None:
 
 
 def streamlit_command(cfg: DashboardConfig) -> list[str]:
-    """The ``python -m streamlit run`` command line of the server (:mod:`.server`, which
-    computes the first page at start-up): headless, no usage statistics, no file watcher,
-    no developer toolbar, bound to ``cfg.host`` only."""
-    return [sys.executable, "-m", "streamlit", "run", str(SERVER_FILE),
+    """The server's command line: ``streamlit run`` of the app through :mod:`.serve`
+    (which first starts computing the first page), headless, no usage statistics, no file
+    watcher, no developer toolbar, bound to ``cfg.host`` only."""
+    return [sys.executable, "-m", SERVE_MODULE, "run", str(APP_FILE),
             "--server.address", cfg.host, "--server.port", str(cfg.port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none", "--server.runOnSave", "false",

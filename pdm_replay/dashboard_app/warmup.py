@@ -1,15 +1,15 @@
 """The dashboard server's start-up work: the first page's data before the first session.
 
-``pdm-replay dashboard`` serves :mod:`.server`, whose lifespan calls :func:`start` when
-the server starts: a background thread imports every page's modules and computes the
-Overview's data (:func:`pdm_replay.report.overview.overview`) through the very caches the
-page reads (:func:`.state.compute`: ``st.cache_resource`` for the connection,
-``st.cache_data`` keyed on the run's fingerprint for the result) while the server binds its
-port. A session that arrives before it finishes waits on Streamlit's per-key compute lock
-instead of computing the same thing twice; a run changed since start-up has another
-fingerprint, so the page computes it afresh instead of reading the start-up copy.
+:mod:`.serve` (the process ``pdm-replay dashboard`` runs) calls :func:`warm_up` in a
+background thread while Streamlit starts: it opens the run of ``$PDM_REPLAY_RUN_DIR`` and
+computes the Overview's data (:func:`pdm_replay.report.overview.overview`) through the very
+caches the page reads (:func:`.state.compute`: ``st.cache_resource`` for the connection,
+``st.cache_data`` keyed on the run's path and fingerprint for the result), then imports
+every page's modules. A session that arrives before it has finished waits on Streamlit's
+per-key compute lock instead of computing the same thing twice; a run changed since has
+another fingerprint, so the page computes it afresh instead of reading the start-up copy.
 
-A failure is kept in :data:`.state.WARM_UP` (shown on the pages, :func:`.state.open_page`)
+A failure is kept in :data:`.state.WARM_UP` (the pages show it, :func:`.state.open_page`)
 and printed to the server's stderr; it is not cached, so the page computes again and shows
 its own error.
 """
@@ -17,9 +17,7 @@ its own error.
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -30,15 +28,6 @@ from pdm_replay.report.overview import overview
 # What the first page (Overview) reads through state.data: (function, keyword arguments)
 FIRST_PAGE: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = ((overview, {}),)
 PAGE_PACKAGE = "pdm_replay.dashboard_app.page_scripts"
-THREAD_NAME = "pdm-replay-warm-up"
-# Streamlit warns once per spinner of a cache function called outside a session
-CONTEXT_LOGGER = "streamlit.runtime.scriptrunner_utils.script_run_context"
-
-
-def _not_this_thread(record: logging.LogRecord) -> bool:
-    """False for the "missing ScriptRunContext" warnings of the warm-up thread (it runs
-    outside any session on purpose; the spinners it would show have nowhere to go)."""
-    return not (record.args and record.args[0] == THREAD_NAME)
 
 
 def _import_pages() -> None:
@@ -57,11 +46,11 @@ def warm_up(record: WarmUp = WARM_UP) -> WarmUp:
         path = env_run()
         run = run_ref(path) if path is not None and path.exists() else None  # None: the
         record.fingerprint = run.fingerprint if run else None  # page says there is no run
-        _import_pages()
         if run is not None:
             open_run(run)
             for fn, kwargs in FIRST_PAGE:
                 compute(run, fn, **kwargs)
+        _import_pages()  # after the data: the first session imports its page meanwhile
     except Exception as err:  # any failure: kept for the pages, never lost in a thread
         record.error = f"{type(err).__name__}: {err}"
     finally:
@@ -75,11 +64,3 @@ def _report(record: WarmUp) -> None:
     outcome = f"failed: {record.error}" if record.error else "ready"
     print(f"pdm-replay dashboard: start-up computation of the first page {outcome} "
           f"({record.seconds:.2f} s)", file=sys.stderr, flush=True)
-
-
-def start(record: WarmUp = WARM_UP) -> threading.Thread:
-    """:func:`warm_up` in a daemon thread (the server goes on starting meanwhile)."""
-    logging.getLogger(CONTEXT_LOGGER).addFilter(_not_this_thread)
-    thread = threading.Thread(target=warm_up, args=(record,), name=THREAD_NAME, daemon=True)
-    thread.start()
-    return thread

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.dashboard_app import ENV_RUN_DIR, ENV_TOKENIZER, SERVER_FILE, launch
+from pdm_replay.dashboard_app import APP_FILE, ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE, launch
 from dashboard_fixtures import run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
 runner = CliRunner()
@@ -39,7 +39,7 @@ def test_defaults_bind_localhost_headless_without_usage_stats(started, run_dir: 
     result = runner.invoke(app, ["dashboard", str(run_dir)])
     assert result.exit_code == 0, result.output
     (cmd, env), = started
-    assert cmd[1:5] == ["-m", "streamlit", "run", str(SERVER_FILE)]
+    assert cmd[1:5] == ["-m", SERVE_MODULE, "run", str(APP_FILE)]
     assert option(cmd, "--server.address") == "127.0.0.1"
     assert option(cmd, "--server.port") == "8501"
     assert option(cmd, "--server.headless") == "true"
