@@ -9,8 +9,10 @@ heading shows and Streamlit's script run is finished (no running script, no skel
 Printed: each server's start (command to health); per page the seconds from navigation to
 rendered (cold: the first visit after the server is up, no session before it, so the
 Overview waits for whatever of the server's start-up computation is left; warm: a second
-visit) and the ratio to the empty page's first render; and command to first page rendered
-for both servers (start + cold first page).
+visit) and the ratio to the empty page's first render; command to first page rendered
+for both servers (start + cold first page); and the first page once more in a fresh
+browser context on the warm server (the browser's share of a cold visit: Streamlit's
+JavaScript, and the chunks of the page's elements, loaded and compiled again).
 
 Usage: ``python benchmarks/bench_dashboard.py [--run RUN_DIR] [--settle S] [--json out.json]``
 (default run: a 3-seed synthetic replay of 4,500 samples, written to a temp dir);
@@ -104,15 +106,28 @@ def commands(run: Path, tmp: Path, ports: list[int]) -> list[list[str]]:
              str(ports[1])]]
 
 
+def fresh_browser(browser, url: str, title: str) -> float:
+    """The first page in a new browser context (none of Streamlit's JavaScript cached)
+    on a server whose caches are full: the browser's share of a cold first page."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    try:
+        return rendered(page, title, lambda: page.goto(url))
+    finally:
+        page.close()
+
+
 def served(browser, cmd: list[str], port: int, log: Path, titles: list[str],
            settle: float) -> tuple[float, dict[str, dict[str, float]]]:
-    """Start ``cmd``, visit ``titles`` as soon as it is up (after ``settle`` s), stop it:
-    its start seconds and the pages' times. One server at a time, so neither's start-up
-    runs beside the other's pages."""
+    """Start ``cmd``, visit ``titles`` as soon as it is up (after ``settle`` s), then the
+    first page in a fresh browser, and stop it: its start seconds and the pages' times.
+    One server at a time, so neither's start-up runs beside the other's pages."""
     process, start = serve(cmd, port, log)
     try:
         time.sleep(settle)
-        return start, measure(browser, f"http://127.0.0.1:{port}", titles)
+        url = f"http://127.0.0.1:{port}"
+        times = measure(browser, url, titles)
+        times[titles[0]]["fresh_browser"] = fresh_browser(browser, url, titles[0])
+        return start, times
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -127,9 +142,11 @@ def report(run: Path, starts: list[float], base: dict[str, float],
     for title, t in pages.items():
         print(f"{title:<18} {t['cold']:>7.2f} {t['cold'] / base['cold']:>7.2f}× "
               f"{t['warm']:>7.2f} {t['warm'] / base['warm']:>7.2f}×")
-    first = next(iter(pages.values()))["cold"]
+    first = next(iter(pages.values()))
     print(f"command to first page rendered: empty page {starts[0] + base['cold']:.2f} s, "
-          f"dashboard {starts[1] + first:.2f} s")
+          f"dashboard {starts[1] + first['cold']:.2f} s")
+    print(f"first page in a fresh browser, server warm (the browser's share): empty page "
+          f"{base['fresh_browser']:.2f} s, dashboard {first['fresh_browser']:.2f} s")
 
 
 def main() -> None:
