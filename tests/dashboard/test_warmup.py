@@ -7,7 +7,11 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +145,26 @@ def test_only_the_warm_ups_expected_warnings_are_quiet(thread: str, message: str
                                (thread,), None)
     record.threadName = thread
     assert serve._quiet(record) is kept
+
+
+def test_the_real_server_computes_the_first_page_at_start(run_dir: Path,
+                                                          tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "pdm_replay", "dashboard",
+                                    str(run_dir), "--port", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "start-up computation" not in log.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    text = log.read_text()
+    assert "start-up computation of the first page ready" in text, text
+    assert "missing ScriptRunContext" not in text and "No runtime found" not in text, text
