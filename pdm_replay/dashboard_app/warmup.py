@@ -4,10 +4,12 @@
 background thread while Streamlit starts: it opens the run of ``$PDM_REPLAY_RUN_DIR`` and
 computes the Overview's data (:func:`pdm_replay.report.overview.overview`) through the very
 caches the page reads (:func:`.state.compute`: ``st.cache_resource`` for the connection,
-``st.cache_data`` keyed on the run's path and fingerprint for the result), then imports
-every page's modules. A session that arrives before it has finished waits on Streamlit's
-per-key compute lock instead of computing the same thing twice; a run changed since has
-another fingerprint, so the page computes it afresh instead of reading the start-up copy.
+``st.cache_data`` keyed on the run's path and fingerprint for the result). It imports no
+other page's modules: on a busy 2-core machine that CPU would come out of the first page's
+render, and the other pages load theirs when first opened. A session that arrives before
+it has finished waits on Streamlit's per-key compute lock instead of computing the same
+thing twice; a run changed since has another fingerprint, so the page computes it afresh
+instead of reading the start-up copy.
 
 A failure is kept in :data:`.state.WARM_UP` (the pages show it, :func:`.state.open_page`)
 and printed to the server's stderr; it is not cached, so the page computes again and shows
@@ -16,26 +18,15 @@ its own error.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from typing import Any, Callable
 
-from pdm_replay.dashboard_app import PAGES
 from pdm_replay.dashboard_app.state import WARM_UP, WarmUp, compute, env_run, open_run, run_ref
 from pdm_replay.report.overview import overview
 
 # What the first page (Overview) reads through state.data: (function, keyword arguments)
 FIRST_PAGE: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = ((overview, {}),)
-PAGE_PACKAGE = "pdm_replay.dashboard_app.page_scripts"
-
-
-def _import_pages() -> None:
-    """Import every page's modules (altair, the report API, ...): Streamlit runs a page as a
-    fresh ``__main__``, but what it imports stays loaded, and importing took about a second
-    of the first session."""
-    for name, _, _ in PAGES:
-        importlib.import_module(f"{PAGE_PACKAGE}.{name.removesuffix('.py')}")
 
 
 def warm_up(record: WarmUp = WARM_UP) -> WarmUp:
@@ -50,7 +41,6 @@ def warm_up(record: WarmUp = WARM_UP) -> WarmUp:
             open_run(run)
             for fn, kwargs in FIRST_PAGE:
                 compute(run, fn, **kwargs)
-        _import_pages()  # after the data: the first session imports its page meanwhile
     except Exception as err:  # any failure: kept for the pages, never lost in a thread
         record.error = f"{type(err).__name__}: {err}"
     finally:
