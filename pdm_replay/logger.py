@@ -157,15 +157,17 @@ class RolloutLogger:
         ``replace_last``: a logger of another convention refuses them (create it with
         :func:`pdm_replay.integrations.verl.rollout_logger`).
         """
-        from pdm_replay.ingest.verl import CONVENTION, padded_from_verl
+        from pdm_replay.ingest.formats import FORMATS
+        from pdm_replay.ingest.verl import padded_from_verl
+        convention = FORMATS["verl"].topk_convention
 
         data = {**dict(batch.batch.items()), **dict(getattr(batch, "non_tensor_batch", {}))}
         if data.get("rollout_topk_token_ids") is not None and \
-                self.meta.topk_convention != CONVENTION:
+                self.meta.topk_convention != convention:
             raise ValueError(f"RolloutLogger({self.directory}) records topk_convention="
                              f"{self.meta.topk_convention!r}, but verl's rollout_topk_* "
-                             f"tensors are {CONVENTION!r}: create the logger with "
-                             f"topk_convention={CONVENTION!r} (or "
+                             f"tensors are {convention!r}: create the logger with "
+                             f"topk_convention={convention!r} (or "
                              "pdm_replay.integrations.verl.rollout_logger)")
         padded = padded_from_verl(data, step, "")
         padded.sample_id = self._ids(step, len(padded.sample_id), data.get("sample_id"))

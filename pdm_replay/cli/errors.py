@@ -20,7 +20,6 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -38,13 +37,16 @@ DEBUG_ENV = "PDM_REPLAY_DEBUG"
 DEBUG_KEY = "pdm_replay.debug"
 # Errors about the inputs or the environment, not bugs: message only, exit 2.
 INPUT_ERRORS: tuple[type[BaseException], ...] = (
-    InputError, ValueError, OSError, pa.ArrowException, json.JSONDecodeError, ImportError,
-    UnicodeDecodeError)
+    InputError, ValueError, OSError, json.JSONDecodeError, ImportError, UnicodeDecodeError)
 
 
-def _is_duckdb_error(exc: BaseException) -> bool:
-    """A DuckDB error (bad SQL, a refused statement) without importing duckdb here."""
-    return any(c.__module__.split(".")[0] in ("duckdb", "_duckdb") for c in type(exc).__mro__)
+def _is_library_error(exc: BaseException) -> bool:
+    """A DuckDB error (bad SQL, a refused statement) or a pyarrow ``ArrowException`` (a
+    file that is not the Parquet it claims), without importing either here: ``--help``
+    loads neither, and an exception of a module not loaded cannot have been raised."""
+    return any(c.__module__.split(".")[0] in ("duckdb", "_duckdb")
+               or (c.__module__ == "pyarrow.lib" and c.__name__ == "ArrowException")
+               for c in type(exc).__mro__)
 
 
 def debug_enabled(ctx: Any | None = None) -> bool:
@@ -144,7 +146,7 @@ def run_guarded(ctx: Any, command: str) -> Any:
     except BaseException as exc:
         if debug:
             raise
-        if isinstance(exc, INPUT_ERRORS) or _is_duckdb_error(exc):
+        if isinstance(exc, INPUT_ERRORS) or _is_library_error(exc):
             _print(err, "error", _message(exc, ctx))
             raise typer.Exit(USAGE)
         _print(err, "internal error", f"{type(exc).__name__}: {_message(exc)} (unexpected: "

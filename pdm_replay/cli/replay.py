@@ -18,7 +18,6 @@ from pdm_replay.cli.masks import (THRESHOLD_DEFAULTS, EpsHigh, EpsLow, parse_mas
                                   threshold_options)
 from pdm_replay.cli.options import cli_param, with_options
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.manifest import recorded_mask_modules
 from pdm_replay.replay.sweep import Sweep, parse_values
 
 if TYPE_CHECKING:
@@ -147,6 +146,7 @@ def config_from_options(options: dict) -> ReplayConfig:
     kw["masks"] = parse_mask_list(kw["masks"])
     kw["update_masks"] = parse_mask_list(kw["update_masks"]) or ()
     if kw["resume"] and not kw["mask_modules"]:
+        from pdm_replay.replay.manifest import recorded_mask_modules
         kw["mask_modules"] = recorded_mask_modules(kw["out"])
     kw["mask_modules"] = tuple(kw["mask_modules"] or ())  # ReplayConfig loads them first
     o = options

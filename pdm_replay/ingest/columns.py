@@ -54,8 +54,6 @@ from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Location, 
 from pdm_replay.io.reader import open_parquet
 from pdm_replay.schema import ROLLOUT_V1
 
-CONVENTION = "plus_sampled"
-LOGPROBS_MODE = "raw"
 JOINABLE = ("sample_id", "group_id")  # may name several columns, joined by "/"
 TOPK = ("topk_ids", "topk_logprobs")
 MAPPINGS = Path(__file__).with_name("mappings")

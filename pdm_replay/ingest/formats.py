@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from pdm_replay.ingest import columns, openai, sglang, verl, vllm
-from pdm_replay.ingest.parsing import IngestError, IngestFieldError, Reject, Rows
-from pdm_replay.ingest.tokenizer import TokenMapper
+if TYPE_CHECKING:  # the parsers load pyarrow and NumPy: imported when a file is parsed
+    from pdm_replay.ingest.columns import ColumnMapping
+    from pdm_replay.ingest.parsing import Reject, Rows
+    from pdm_replay.ingest.tokenizer import TokenMapper
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ParseContext:
     """What parsers may need beyond the file: a token mapper, a column mapping."""
 
     mapper: TokenMapper
-    mapping: columns.ColumnMapping | None
+    mapping: ColumnMapping | None
     chunk_rows: int
 
 
@@ -45,32 +46,56 @@ class Format:
     doc: str
 
 
+# Each parser module imports pyarrow/NumPy, so the registry names them and imports one
+# when a file is parsed: `pdm-replay --help` (which lists the formats) loads neither.
+# The conventions are the producers' (each module's docstring cites the code that writes
+# them): vLLM and SGLang return the sampled token beside its top-K ("plus_sampled"); an
+# OpenAI-compatible server and verl put it in the K-th slot ("replace_last").
+def _openai(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import openai
+    return openai.parse(path, ctx.mapper)
+
+
+def _vllm(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import vllm
+    return vllm.parse(path)
+
+
+def _sglang(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import sglang
+    return sglang.parse(path)
+
+
+def _verl(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import verl
+    return verl.parse(path, index)
+
+
 def _columns(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import columns
+    from pdm_replay.ingest.parsing import IngestFieldError
     if ctx.mapping is None:
         raise IngestFieldError("{fmt} columns needs {mapping} MAP.toml")
     return columns.parse(path, ctx.mapping, ctx.chunk_rows)
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("openai", openai.CONVENTION, openai.LOGPROBS_MODE, (".jsonl", ".json"),
-           lambda p, i, c: openai.parse(p, c.mapper),
+    Format("openai", "replace_last", "raw", (".jsonl", ".json"), _openai,
            "JSONL of OpenAI-compatible (chat) completion responses (vLLM, SGLang servers)"),
-    Format("vllm", vllm.CONVENTION, vllm.LOGPROBS_MODE, (".jsonl", ".json"),
-           lambda p, i, c: vllm.parse(p),
+    Format("vllm", "plus_sampled", "raw", (".jsonl", ".json"), _vllm,
            "vLLM offline RequestOutput serialised to JSON"),
-    Format("sglang", sglang.CONVENTION, sglang.LOGPROBS_MODE, (".jsonl", ".json"),
-           lambda p, i, c: sglang.parse(p),
+    Format("sglang", "plus_sampled", "processed", (".jsonl", ".json"), _sglang,
            "SGLang /generate responses with meta_info log-probs"),
-    Format("verl", verl.CONVENTION, verl.LOGPROBS_MODE, (".pt", ".pth", ".npz"),
-           lambda p, i, c: verl.parse(p, i),
+    Format("verl", "replace_last", "processed", (".pt", ".pth", ".npz"), _verl,
            "verl / sail-sg/Stable-RL batch dumps (torch.save dict or .npz)"),
-    Format("columns", columns.CONVENTION, columns.LOGPROBS_MODE, (".parquet", ".jsonl", ".json"),
-           _columns, "any Parquet/JSONL table plus a TOML column mapping"),
+    Format("columns", "plus_sampled", "raw", (".parquet", ".jsonl", ".json"), _columns,
+           "any Parquet/JSONL table plus a TOML column mapping"),
 )}
 
 
 def expand_inputs(inputs: tuple[Path, ...], fmt: Format) -> list[Path]:
     """Input files: each path itself, or a directory's files with the format's suffixes."""
+    from pdm_replay.ingest.parsing import IngestError
     files: list[Path] = []
     for path in inputs:
         if path.is_dir():

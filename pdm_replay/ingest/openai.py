@@ -43,9 +43,8 @@ from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Reject, Ro
 from pdm_replay.ingest.tokenizer import TokenMapper
 
 # vLLM's chat/completion top_logprobs are the first K entries of {sampled, top-K...}: the
-# sampled token may stand in for the K-th entry. replace_last never trusts that slot.
-CONVENTION = "replace_last"
-LOGPROBS_MODE = "raw"
+# sampled token may stand in for the K-th entry. replace_last (this format's convention in
+# pdm_replay.ingest.formats.FORMATS) never trusts that slot.
 
 
 Entry = tuple[Any, Any, Any]  # (token text, bytes or None, logprob)

@@ -52,8 +52,6 @@ import numpy as np
 from pdm_replay.ingest.parsing import (NOTES, IngestError, Reject, Rows, json_rows,
                                        sample_fields)
 
-CONVENTION = "plus_sampled"
-LOGPROBS_MODE = "processed"
 NULL_ROWS = "positions without a top-logprob row (SGLang null rows)"
 FLAT = "output_top_logprobs_"
 

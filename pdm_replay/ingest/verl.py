@@ -65,8 +65,6 @@ from pdm_replay.ingest.padded import (PaddedRollouts, as_numpy, check_shapes, le
                                       mapping_get)
 from pdm_replay.ingest.parsing import IngestError, Location, Reject, Rows
 
-CONVENTION = "replace_last"
-LOGPROBS_MODE = "processed"
 SOURCE_NAMES = {"response_ids": "responses", "behavior_logprobs": "rollout_log_probs",
                 "topk_ids": "rollout_topk_token_ids", "topk_logprobs": "rollout_topk_logprobs",
                 "loss_mask": "response_mask", "train_logprobs": "old_log_probs",

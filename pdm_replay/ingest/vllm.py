@@ -35,8 +35,6 @@ from typing import Any, Iterator, Mapping
 from pdm_replay.ingest.parsing import (IngestError, Reject, Rows, json_rows, per_sample,
                                        sample_fields, sort_topk)
 
-CONVENTION = "plus_sampled"
-LOGPROBS_MODE = "raw"
 
 
 def _logprob(value: Any) -> float:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pdm_replay.ingest.verl import CONVENTION
+from pdm_replay.ingest.formats import FORMATS
 from pdm_replay.logger import RolloutLogger
 
 
@@ -62,7 +62,7 @@ def rollout_logger(directory: Path | str, config: Any, *, vocab_size: int | None
     top_k = getattr(rollout, "top_k", None)
     return RolloutLogger(
         directory, vocab_size or _vocab_size(str(arr.model.path)),
-        topk_convention=CONVENTION, logprobs_mode="processed" if "processed" in mode else "raw",
+        topk_convention=FORMATS["verl"].topk_convention, logprobs_mode="processed" if "processed" in mode else "raw",
         temperature=float(rollout.temperature), top_p=float(getattr(rollout, "top_p", 1.0)),
         top_k_sampling=max(int(top_k), 0) if top_k is not None else None,
         rank=rank, rows_per_shard=rows_per_shard, on_error=on_error)

@@ -20,7 +20,6 @@ from typing import Any, Sequence
 
 from pdm_replay.errors import FieldError  # also importable from here, beside the config
 from pdm_replay.masks import MASKS, Thresholds, load_mask_module, resolve_names
-from pdm_replay.replay.seeds import SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
 
@@ -28,6 +27,7 @@ from pdm_replay.replay.templates import check_template
 # so the config and the CLI's --help need no torch.
 DTYPES = ("float32", "bfloat16", "float16")  # weight dtypes: torch.<name>
 OPTIMIZERS = ("adam", "sgd")
+SEED_BY = ("sample", "step")  # --seed-by: disjoint sample batches, or one seed per step
 CHUNK_COPIES = 8  # float32 (C, V) buffers alive at the peak of a chunk (gradient pass + margin)
 RECOMPUTE_COPIES = 2  # (C, V) buffers of a recompute pass: the head's output, its fp32 copy
 # the one statement of the chunk memory: `replay --help` and the README (a test checks both)

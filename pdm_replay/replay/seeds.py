@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pdm_replay.errors import FieldError
+from pdm_replay.replay.config import SEED_BY
 
-SEED_BY = ("sample", "step")
 SHUFFLE_STREAM = 0x5EED  # first seed word of the shuffles (rounds / steps are the second)
 STEP_STREAM = 0x57E9
 

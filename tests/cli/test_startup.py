@@ -8,7 +8,8 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "transformers", "duckdb", "streamlit", "polars")
+# pyarrow and NumPy too (0.1-0.15 s together): issue 20 gives --help 0.5 s in all.
+HEAVY = ("torch", "transformers", "duckdb", "streamlit", "polars", "pyarrow", "numpy")
 
 PROBE = """
 import json, sys

@@ -171,3 +171,21 @@ def test_flat_order_matches_reader(replay_log: Path):
     flat = next(iter_flat_tokens(replay_log))
     assert np.array_equal(sb.flat.token_id, flat.token_id)
     assert list(sb.flat.sample_id) == list(flat.sample_id)
+
+
+def test_single_chunk_without_checkpoint_is_bit_identical(policy, batch):
+    """One chunk skips activation checkpointing: the same values and gradients, bit for bit
+    (the checkpointed backward recomputes the same kernels on the same inputs)."""
+    from torch.utils.checkpoint import checkpoint
+
+    from pdm_replay.replay.recompute import _logp_k_chunk
+    sb, _ = batch
+    h = torch.randn(10, 32, dtype=torch.float32, requires_grad=True)
+    k = torch.from_numpy(sb.flat.token_id[:10])
+    w = policy.model.get_output_embeddings().weight
+    plain = token_logprob(h, policy.head, k, chunk_tokens=10)
+    g_plain = torch.autograd.grad(plain.sum(), [h, w])
+    ckpt = checkpoint(_logp_k_chunk, h, k, policy.head, 1.0, use_reentrant=False)
+    g_ckpt = torch.autograd.grad(ckpt.sum(), [h, w])
+    assert torch.equal(plain, ckpt)
+    assert all(torch.equal(a, b) for a, b in zip(g_plain, g_ckpt))
