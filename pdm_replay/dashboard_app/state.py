@@ -61,6 +61,9 @@ class WarmUp:
 
 
 WARM_UP = WarmUp()  # one per server process
+# load_mask_module lists a module before running it: a second thread must not see it half
+# registered
+_MASK_MODULES_LOCK = threading.Lock()
 
 
 class _Handle:
@@ -106,8 +109,9 @@ def _open(path: str, fingerprint: str, memory_limit: str) -> _Handle:
 def open_run(run: RunRef) -> _Handle:
     """The cached connection of ``run`` (opened on the first call); errors are raised."""
     memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
-    for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
-        load_mask_module(module)  # once per process: a second load is a no-op
+    with _MASK_MODULES_LOCK:  # the warm-up thread and a session may both get here first
+        for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
+            load_mask_module(module)  # once per process: a second load is a no-op
     return _open(run.path, run.fingerprint, memory_limit)
 
 
@@ -198,7 +202,7 @@ def _warm_up_note() -> None:
     now = fingerprint(path) if path is not None and path.exists() else None
     if WARM_UP.fingerprint == now:
         st.warning(f"The server's start-up computation of this run failed: {WARM_UP.error}. "
-                   "The page computed it again (its own error, if any, follows).", icon="⚠️")
+                   "This page computes it again (its own error, if any, follows).", icon="⚠️")
 
 
 def open_page(title: str, caption: str | None = None) -> RunRef:
