@@ -56,7 +56,8 @@ def test_report_on_a_synthetic_run_with_exact_columns(tmp_path: Path) -> None:
 def test_report_markdown_and_table(hand_run: Path) -> None:
     md = invoke("report", hand_run, "--format", "markdown")
     assert md.exit_code == 0, md.output
-    assert "## Direction analysis" in md.stdout and "| own | kl | agg | 0.1 | 2 |" in md.stdout
+    assert "## Direction analysis" in md.stdout
+    assert "| own | dppo_topk_kl vs pdm_kl_agg | kl | agg | kl_topk > 0.1 | 0.1 | 2 |" in md.stdout
     assert "| 2/0/0/0 |" in md.stdout  # wins / losses / ties / empty
     table = invoke("report", hand_run)
     assert table.exit_code == 0 and "Mask summary" in table.stdout

@@ -120,7 +120,8 @@ def test_report_time_threshold(hand_run: Path) -> None:
     kl = [r for r in doc["headline"] if r["family"] == "kl"]
     # the replay simulated its masks at δ = 0.1 only: no own-update rows at 0.2, a note
     assert {(r["basis"], r["delta"]) for r in kl} == {("none", 0.2)}
-    assert any("kl/agg at δ = 0.2: no own-update rates" in n for n in doc["notes"])
+    note = "dppo_topk_kl vs pdm_kl_agg at δ = 0.2 (kl_topk > 0.2): no own-update rates"
+    assert any(note in n for n in doc["notes"])
     agg = next(r for r in kl if r["estimator"] == "agg")
     # kl > 0.2: seed 1 {0, 1, 5}, seed 2 {0, 1}. Disagreements: s1 pos 1 (ratio masks,
     # agg keeps), s2 pos 0 and 1 (both ratio-away, agg-toward). Under `none`: predictive
@@ -190,7 +191,8 @@ def test_by_step_groups_every_section(hand_run: Path) -> None:
     assert (own[(4, "agg")]["n_seeds"], own[(4, "agg")]["unsafe_ratio_pooled"]) == (1, 1.0)
     assert {r["step"] for r in doc["mask_summary"]} == {3, 4}
     table = runner.invoke(app, ["report", str(hand_run), "--by", "step"])
-    assert table.exit_code == 0 and "step 3, kl/agg" in " ".join(table.stdout.split())
+    assert table.exit_code == 0
+    assert "step 3, dppo_topk_kl vs pdm_kl_agg (kl/agg" in " ".join(table.stdout.split())
     bad = runner.invoke(app, ["report", str(hand_run), "--by", "seed"])
     assert bad.exit_code == 2 and "is not one of 'step'" in bad.output  # --help lists it
 
