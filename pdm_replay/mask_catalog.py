@@ -44,9 +44,10 @@ def above(stat: str, field: str, direction: str = "none", slope: str = "",
                                direction=direction, slope=slope)
 
 
-def band(stat: str, low: str, high: str, direction: str = "none") -> Build:
-    """``stat`` outside [t.low, t.high]."""
-    return lambda t: Criterion(stat, getattr(t, low), getattr(t, high), direction=direction)
+def band(stat: str, low: str, high: str, direction: str = "none", slope: str = "") -> Build:
+    """``stat`` outside [t.low, t.high] (``slope``: the Ḋ field of a predictive direction)."""
+    return lambda t: Criterion(stat, getattr(t, low), getattr(t, high), direction=direction,
+                               slope=slope)
 
 
 def k1_band(field: str, reduce: str = "") -> Build:
