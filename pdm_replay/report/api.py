@@ -106,9 +106,10 @@ def alignment_by_seed(db: ReportDB) -> pl.DataFrame:
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     df = alignment_by_seed(db)
-    >>> df.height == 3 * 2 * df["pair"].n_unique() * 2  # seeds x bases x pairs x directions
-    True
-    >>> sorted(df["pair"].unique())[:2]
+    >>> kl = df.filter(pl.col("region") == "kl_topk > 0.15")
+    >>> kl.height  # 3 seeds x 2 bases (own, none) x 2 pairs (agg, uniform) x 2 directions
+    24
+    >>> sorted(kl["pair"].unique())
     ['dppo_topk_kl vs pdm_kl_agg', 'dppo_topk_kl vs pdm_kl_uniform']
     >>> bool((df["n_unsafe"] + df["n_corrective"] <= df["n_measured"]).all())
     True
@@ -165,7 +166,7 @@ def sign_accuracy(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     acc = sign_accuracy(db)
-    >>> acc.filter(pl.col("family") == "kl")["predictor"].to_list()
+    >>> acc.filter(pl.col("region") == "kl_topk > 0.15")["predictor"].to_list()
     ['ratio', 'predictive_agg', 'predictive_uniform', 'predictive_exact']
     """
     return db.named("sign_accuracy_by_seed" if by_seed else "sign_accuracy")
