@@ -150,6 +150,10 @@ register(MaskSpec("icepop", band("ratio", "icepop_low", "icepop_high"), None, "n
 register(MaskSpec("icepop_ratio", band("ratio", "icepop_low", "icepop_high", "ratio"), None,
                   "ratio", None, "IcePop's band with the ratio direction",
                   ("icepop_low", "icepop_high"), proximity="icepop", source="composed"))
+register(MaskSpec("icepop_pdm_kl", band("ratio", "icepop_low", "icepop_high", "predictive",
+                                       "dkl_agg"), "kl", "predictive", "agg",
+                  "IcePop's band with the predictive KL direction (aggregated tail)",
+                  ("icepop_low", "icepop_high"), proximity="icepop", source="composed"))
 register(MaskSpec("rs_token_k1", k1_band("rs_k1"), None, "none", None, "rollout_rs token_k1: "
                   "-log r outside [-log C, log C]", ("rs_k1",), proximity="rs_token_k1",
                   source=RS))
