@@ -104,6 +104,7 @@ def test_report_compares_the_pair_on_its_own_band(run: Path) -> None:
         head = {r["pair"]: r for r in api.headline(db, n_resamples=20).to_dicts()
                 if r["basis"] == "none"}
         dis = api.disagreements(db, pair=PAIR, limit=None)
+        outside = dict(api.mask_summary(db).select("mask", "n_out_of_region").rows())
     assert (c.stat, c.low, c.high, c.slope, c.region) == \
         ("ratio", 0.5, 5.0, "dkl_agg", "ratio ∉ [0.5, 5.0]")
     band, kl = head[PAIR], head[KL_PAIR]
@@ -114,6 +115,8 @@ def test_report_compares_the_pair_on_its_own_band(run: Path) -> None:
     assert (kl["out_of_region_per_seed"], kl["disagreement_per_seed"]) == (3.0, 2.0)
     assert dict(zip(dis["pos"], dis["kept_by"])) == {0: "predictive", 1: "ratio",
                                                      2: "ratio"}
+    # the mask summary counts each family mask's own region too
+    assert (outside["icepop_pdm_kl"], outside["pdm_kl_agg"]) == (4, 3)
 
 
 def test_dashboard_offers_the_pair_and_filters_by_it(run: Path) -> None:

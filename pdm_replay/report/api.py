@@ -52,11 +52,13 @@ def settings(db: ReportDB) -> pl.DataFrame:
 
 
 def mask_summary(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
-    """Keep fraction of every mask in the run, and its family's out-of-region count.
+    """Keep fraction of every mask in the run, and the out-of-region count of its region.
 
     Columns: [seed,] mask, family, direction, estimator, n_tokens, n_kept, n_masked,
-    keep_fraction, n_out_of_region (tokens with ``family_topk > delta``; null for masks
-    without a family). Registry order.
+    keep_fraction, n_out_of_region (tokens outside the mask's own region as the registry
+    builds it at the run's thresholds, e.g. ``kl_topk > δ_kl`` for ``pdm_kl_agg``,
+    ``kl_binary > δ_kl`` for ``dppo_binary_kl``; null for masks without a family, sweep
+    variants and regions SQL cannot test per token). Registry order.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect

@@ -150,6 +150,22 @@ def own_update(info: RunInfo, mask: str, setting: Thresholds,
     return next((n for n in names if n in updates), None)
 
 
+def mask_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] | None:
+    """``(stat, low, high)`` of mask ``name``'s region as it builds at ``thresholds``, when
+    SQL can test it per token (a token-level Criterion on a tokens/v1 column); else None.
+
+    >>> mask_region("dppo_binary_kl", Thresholds(delta_kl=0.1))
+    ('kl_binary', -inf, 0.1)
+    >>> mask_region("gspo", Thresholds()) is None  # a sequence statistic
+    True
+    """
+    crit = MASKS[name].build(thresholds)
+    if (not isinstance(crit, Criterion) or crit.reads_sequences
+            or crit.stat not in per_token_columns()):
+        return None
+    return crit.stat, crit.low, crit.high
+
+
 def _criterion(pair: MaskPair, setting: Thresholds) -> Criterion | str:
     """The predictive mask's Criterion at ``setting``, or why SQL cannot re-derive it."""
     pred, ratio = MASKS[pair.other].build(setting), MASKS[pair.base].build(setting)
@@ -247,10 +263,10 @@ def column_pattern(names: Collection[str]) -> str:
     return "^(" + "|".join(re.escape(n) for n in chosen) + ")$"
 
 
-def region_columns(cs: list[Comparison]) -> dict[str, str]:
+def region_columns(cs: list[Comparison], stats: Collection[str] = ()) -> dict[str, str]:
     """The ``report_regions`` variable: patterns of the statistic and slope columns the
-    comparisons read."""
-    return {"stat_columns": column_pattern({c.stat for c in cs}),
+    comparisons read (and the other region ``stats`` of the ``masks`` table)."""
+    return {"stat_columns": column_pattern({c.stat for c in cs} | set(stats)),
             "slope_columns": column_pattern({c.slope for c in cs})}
 
 

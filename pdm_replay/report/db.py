@@ -55,7 +55,8 @@ import pyarrow as pa
 from pdm_replay.errors import FieldError, InputError
 from pdm_replay.masks import MASKS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table,
-                                           comparisons_table, plan, region_columns)
+                                           comparisons_table, mask_region, plan,
+                                           region_columns)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.run_info import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
@@ -202,6 +203,9 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
     present = set(info.masks)
     names = list(MASKS) + [m for m in info.masks if m not in MASKS]
     specs = [MASKS.get(n) for n in names]
+    # a family mask's own region at the run's thresholds (its out-of-region count)
+    regions = [mask_region(n, info.thresholds) if s and s.family else None
+               for n, s in zip(names, specs)]
     masks = pa.table({
         "ord": pa.array(range(len(names)), pa.int32()),
         "name": names,
@@ -212,6 +216,9 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
         "granularity": [s.granularity if s else None for s in specs],
         "weight": [s.weight if s else None for s in specs],
         "present": [n in present for n in names],
+        "stat": pa.array([r[0] if r else None for r in regions], pa.string()),
+        "low": pa.array([r[1] if r else None for r in regions], pa.float64()),
+        "high": pa.array([r[2] if r else None for r in regions], pa.float64()),
         "doc": [s.doc if s else "not in this version's registry" for s in specs],
     })
     pairs = comparison_pairs(list(MASKS))
@@ -254,7 +261,8 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     cs = tuple(found)
     names = tuple(bases(updates, has_updates=info.has_updates))
     con.register("comparisons", comparisons_table(list(cs), has_updates=info.has_updates))
-    con.execute(load_sql("report_regions.sql"), region_columns(list(cs)))
+    stats = [s for s in masks.column("stat").to_pylist() if s]
+    con.execute(load_sql("report_regions.sql"), region_columns(list(cs), stats))
     con.register("mask_variants", pa.table({
         "name": pa.array(list(info.mask_variants), pa.string()),
         "mask": pa.array([str(v["mask"]) for v in info.mask_variants.values()], pa.string())}))

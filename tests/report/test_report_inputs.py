@@ -122,3 +122,25 @@ def test_sql_pairs_follow_the_mask_registry() -> None:
     # the paper's pairs are among them (a composed mask may add more)
     assert {(f, e, r, p) for f, e, r, p in comparison_pairs(list(MASKS))} >= {
         (f, e, f"dppo_topk_{f}", f"pdm_{f}_{e}") for f in ("kl", "tv") for e in ("agg", "uniform")}
+
+
+def test_a_pair_sql_cannot_rederive_is_left_out_with_a_note(tmp_path: Path,
+                                                            user_registry: None) -> None:
+    # a registered pair whose region is a derived statistic (k3, not a tokens/v1 column)
+    from pdm_replay.mask_kinds import Criterion
+    from pdm_replay.masks import MaskSpec, register
+
+    for name, direction, family in (("k3_ratio", "ratio", None), ("k3_pdm", "predictive", "kl")):
+        register(MaskSpec(name, lambda t, d=direction: Criterion(
+            "k3", high=t.rs_k3, direction=d, slope="dkl_agg" if d == "predictive" else ""),
+            family, direction, "agg" if family else None, "test", ("rs_k3",),
+            proximity="k3_test"))
+    log = write_synthetic_log(tmp_path / "log.parquet", SyntheticLogConfig(
+        n_samples=8, response_len=8, vocab_size=60, top_k=5, mismatch=1.0))
+    run_masks(MasksConfig(log=log, out=tmp_path / "t.parquet", masks=[
+        "none", "dppo_topk_kl", "pdm_kl_agg", "k3_ratio", "k3_pdm"]))
+    with connect(tmp_path / "t.parquet") as db:
+        report = build_report(db, bootstrap_samples=10)
+    assert set(report.headline["pair"]) == {"dppo_topk_kl vs pdm_kl_agg"}
+    assert any(n.startswith("k3_ratio vs k3_pdm is left out of the direction analysis: k3 is "
+                            "not a per-token tokens/v1 column") for n in report.notes)
