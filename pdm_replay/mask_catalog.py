@@ -44,9 +44,10 @@ def above(stat: str, field: str, direction: str = "none", slope: str = "",
                                direction=direction, slope=slope)
 
 
-def band(stat: str, low: str, high: str, direction: str = "none") -> Build:
-    """``stat`` outside [t.low, t.high]."""
-    return lambda t: Criterion(stat, getattr(t, low), getattr(t, high), direction=direction)
+def band(stat: str, low: str, high: str, direction: str = "none", slope: str = "") -> Build:
+    """``stat`` outside [t.low, t.high] (``slope``: the Ḋ field of a predictive direction)."""
+    return lambda t: Criterion(stat, getattr(t, low), getattr(t, high), direction=direction,
+                               slope=slope)
 
 
 def k1_band(field: str, reduce: str = "") -> Build:
@@ -148,6 +149,10 @@ register(MaskSpec("icepop", band("ratio", "icepop_low", "icepop_high"), None, "n
                   reproduces="verl decoupled_token_icepop (0.5 / 5.0)"))
 register(MaskSpec("icepop_ratio", band("ratio", "icepop_low", "icepop_high", "ratio"), None,
                   "ratio", None, "IcePop's band with the ratio direction",
+                  ("icepop_low", "icepop_high"), proximity="icepop", source="composed"))
+register(MaskSpec("icepop_pdm_kl", band("ratio", "icepop_low", "icepop_high", "predictive",
+                                       "dkl_agg"), "kl", "predictive", "agg",
+                  "IcePop's band with the predictive KL direction (aggregated tail)",
                   ("icepop_low", "icepop_high"), proximity="icepop", source="composed"))
 register(MaskSpec("rs_token_k1", k1_band("rs_k1"), None, "none", None, "rollout_rs token_k1: "
                   "-log r outside [-log C, log C]", ("rs_k1",), proximity="rs_token_k1",

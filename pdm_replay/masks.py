@@ -145,6 +145,11 @@ class MaskPair:
     base: str
     other: str
 
+    @property
+    def label(self) -> str:
+        """The pair's stable name: ``<ratio mask> vs <predictive mask>``."""
+        return f"{self.base} vs {self.other}"
+
 
 def mask_pairs(names: Iterable[str] | None = None) -> list[MaskPair]:
     """Every (ratio, predictive) pair of the named masks (``None`` = all) that share a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,21 +20,21 @@ def test_example_module_mask_joins_masks_and_its_pair(tmp_path: Path,
     log = write_synthetic_log(tmp_path / "log.parquet", n_samples=16)
     out = tmp_path / "tokens.parquet"
     res = CliRunner().invoke(app, ["masks", str(log), "--out", str(out), "--mask-module",
-                                   str(EXAMPLE), "--masks", "icepop,icepop_ratio,icepop_pdm_kl",
+                                   str(EXAMPLE), "--masks", "icepop,icepop_ratio,icepop_pdm_tv",
                                    "--mask-param", "icepop_high=1.05",
                                    "--mask-param", "icepop_low=0.95"])
     assert res.exit_code == 0, res.output
-    assert "disagreements (icepop_ratio vs icepop_pdm_kl)" in " ".join(res.output.split())
+    assert "disagreements (icepop_ratio vs icepop_pdm_tv)" in " ".join(res.output.split())
     table = pq.read_table(out)
-    assert {"keep_icepop", "keep_icepop_ratio", "keep_icepop_pdm_kl"} <= set(table.column_names)
+    assert {"keep_icepop", "keep_icepop_ratio", "keep_icepop_pdm_tv"} <= set(table.column_names)
     load_mask_module(EXAMPLE)  # a second load is a no-op, not a duplicate registration
-    assert MASKS["icepop_pdm_kl"].proximity == "icepop"
-    pairs = [(p.base, p.other) for p in mask_pairs(["icepop_ratio", "icepop_pdm_kl"])]
-    assert pairs == [("icepop_ratio", "icepop_pdm_kl")]
+    assert MASKS["icepop_pdm_tv"].proximity == "icepop"
+    pairs = [(p.base, p.other) for p in mask_pairs(["icepop_ratio", "icepop_pdm_tv"])]
+    assert pairs == [("icepop_ratio", "icepop_pdm_tv")]
     # the band is narrow: the symmetric IcePop drops more than either directional mask
     drop = {n: int((~table.column(f"keep_{n}").to_numpy()).sum())
-            for n in ("icepop", "icepop_ratio", "icepop_pdm_kl")}
-    assert drop["icepop"] >= max(drop["icepop_ratio"], drop["icepop_pdm_kl"]) > 0
+            for n in ("icepop", "icepop_ratio", "icepop_pdm_tv")}
+    assert drop["icepop"] >= max(drop["icepop_ratio"], drop["icepop_pdm_tv"]) > 0
 
 
 def test_bad_mask_param_and_module_are_one_line_errors(tmp_path: Path) -> None:
@@ -54,14 +55,20 @@ def test_report_sql_and_dashboard_know_the_user_mask(tmp_path: Path, user_regist
     runner = CliRunner()
     args = ["--mask-module", str(EXAMPLE)]
     res = runner.invoke(app, ["masks", str(log), "--out", str(out), *args,
-                              "--masks", "none,icepop_ratio,icepop_pdm_kl"])
+                              "--masks", "none,icepop_ratio,icepop_pdm_tv"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["sql", str(out), "SELECT name, doc, proximity FROM masks "
-                              "WHERE name = 'icepop_pdm_kl'", "--format", "csv", *args])
+                              "WHERE name = 'icepop_pdm_tv'", "--format", "csv", *args])
     assert res.exit_code == 0, res.output
-    assert "IcePop's band with the predictive KL direction" in res.output and "icepop" in res.output
+    assert "IcePop's band with the predictive TV direction" in res.output and "icepop" in res.output
     res = runner.invoke(app, ["report", str(out), *args])
     assert res.exit_code == 0, res.output
-    assert "icepop_pdm_kl" in res.output
+    assert "icepop_pdm_tv" in res.output
+    # the user pair is a comparison of the direction analysis, on its own band
+    res = runner.invoke(app, ["report", str(out), "--format", "json", *args])
+    assert res.exit_code == 0, res.output
+    (row,) = [r for r in json.loads(res.stdout)["headline"]
+              if r["pair"] == "icepop_ratio vs icepop_pdm_tv"]
+    assert (row["family"], row["region"]) == ("tv", "ratio ∉ [0.5, 5.0]")
     env = streamlit_env(DashboardConfig(run=out, mask_modules=(EXAMPLE,)), {})
     assert env[ENV_MASK_MODULES] == str(EXAMPLE.resolve())

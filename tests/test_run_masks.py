@@ -20,8 +20,8 @@ def test_output_matches_summary_and_footer(tmp_path: Path, small_log: Path) -> N
     for name, frac in s.keep_fraction.items():
         assert frac == pytest.approx(df[f"keep_{name}"].mean())
     kl_out = df.filter(pl.col("kl_topk") > 0.05)
-    assert s.out_of_region["kl"] == kl_out.height > 0
-    assert s.disagreements["kl/agg"] == kl_out.filter(
+    assert s.out_of_region["dppo_topk_kl vs pdm_kl_agg"] == kl_out.height > 0
+    assert s.disagreements["dppo_topk_kl vs pdm_kl_agg"] == kl_out.filter(
         pl.col("keep_dppo_topk_kl") != pl.col("keep_pdm_kl_agg")).height
     md = pq.read_schema(out).metadata
     assert json.loads(md[THRESHOLDS_KEY.encode()])["delta_kl"] == 0.05

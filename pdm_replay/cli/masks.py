@@ -53,8 +53,8 @@ def print_summary(summary: MasksSummary, seconds: float) -> None:
     for name, frac in summary.keep_fraction.items():
         t.add_row(name, f"{frac:.4f}", str(round((1 - frac) * summary.tokens)))
     console.print(t)
-    for fam, n in summary.out_of_region.items():
-        console.print(f"out of region ({fam.upper()} > δ): {n} tokens")
+    for key, n in summary.out_of_region.items():
+        console.print(f"out of region ({key}'s region): {n} tokens")
     for key, n in summary.disagreements.items():
         console.print(f"ratio vs predictive disagreements ({key}): {n} tokens")
     console.print(f"mass overflow (logged top-K mass > 1): {summary.mass_overflow} tokens")

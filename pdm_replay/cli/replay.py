@@ -38,19 +38,23 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+PAIR_WIDTH = 18  # "vs pdm_kl_uniform": a pair's two mask names, one per line, unfolded
+
+
 def print_summary(result: ReplayResult, seconds: float) -> None:
-    """The headline alignment numbers (SPEC §6) per update basis, family, predictive
-    estimator and δ (the rows of ``pdm-replay report``'s headline)."""
+    """The headline alignment numbers (SPEC §6) per update basis, registry pair and δ
+    (the rows of ``pdm-replay report``'s headline)."""
     m = result.manifest
     console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
                   f"-> {result.run_dir} ({seconds:.1f} s)")
     t = Table(title="ratio vs predictive mask of each registry pair")
-    for col in ("update", "D tail", "δ", "out of\nregion\n/ seed", "dis-\nagree\n/ seed",
+    for col in ("update", "pair", "δ", "out of\nregion\n/ seed", "dis-\nagree\n/ seed",
                 "unsafe\nratio\npooled\n(seed\nmean)", "unsafe\npred.\npooled\n(seed\nmean)",
                 "W/L/T/\nempty"):
-        t.add_column(col, justify="left" if col in ("update", "D tail") else "right")
+        t.add_column(col, justify="left" if col in ("update", "pair") else "right",
+                     min_width=PAIR_WIDTH if col == "pair" else None)
     for a in result.summary:
-        t.add_row(a["basis"], f"{a['family'].upper()} {a['estimator']}", f"{a['delta']:g}",
+        t.add_row(a["basis"], f"{a['ratio_mask']} vs\n{a['predictive_mask']}", f"{a['delta']:g}",
                   f"{a['out_of_region_per_seed']:.1f}", f"{a['disagreement_per_seed']:.1f}",
                   f"{_rate(a['unsafe_ratio_pooled'])} ({_rate(a['unsafe_ratio_seed_mean'])})",
                   f"{_rate(a['unsafe_predictive_pooled'])} "

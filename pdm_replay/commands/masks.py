@@ -28,7 +28,9 @@ from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
-from pdm_replay.masks import Mask, MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
+from pdm_replay.mask_kinds import Criterion
+from pdm_replay.masks import (MASKS, Mask, MaskPair, Thresholds, build_masks, mask_pairs,
+                              resolve_names)
 from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 (re-export)
                                RolloutMeta, keep_column, tokens_schema)
 from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
@@ -60,8 +62,9 @@ class MasksSummary:
     out: Path
     tokens: int = 0
     keep_fraction: dict[str, float] = field(default_factory=dict)
-    out_of_region: dict[str, int] = field(default_factory=dict)  # family -> count
-    disagreements: dict[str, int] = field(default_factory=dict)  # pair_label -> count
+    # pair label -> tokens outside the pair's region (its predictive mask's criterion)
+    out_of_region: dict[str, int] = field(default_factory=dict)
+    disagreements: dict[str, int] = field(default_factory=dict)  # pair label -> count
     mass_overflow: int = 0
 
 
@@ -145,23 +148,37 @@ def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Roll
 
 
 def pair_label(pair: MaskPair) -> str:
-    """``kl/agg`` for a family's pair, ``<ratio mask> vs <predictive mask>`` otherwise."""
-    if pair.family is not None:
-        return f"{pair.family}/{pair.estimator}"
-    return f"{pair.base} vs {pair.other}"
+    """``<ratio mask> vs <predictive mask>`` (:attr:`MaskPair.label`)."""
+    return pair.label
+
+
+def pair_regions(pairs: list[MaskPair], thresholds: Thresholds
+                 ) -> dict[str, tuple[str, float, float]]:
+    """``(stat, low, high)`` of each pair's region, read from its predictive mask as the
+    registry builds it (token-level criteria only: a sequence region has no per-token
+    count)."""
+    out = {}
+    for pair in pairs:
+        crit = MASKS[pair.other].build(thresholds)
+        if isinstance(crit, Criterion) and not crit.reads_sequences:
+            out[pair.label] = (crit.stat, crit.low, crit.high)
+    return out
 
 
 def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
                 pairs: list[MaskPair]) -> None:
     summary.tokens += table.num_rows
+    regions = pair_regions(pairs, cfg.thresholds)
+    stats = {stat for stat, _, _ in regions.values()}
     cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names
-            if n.startswith("keep_") or n in ("kl_topk", "tv_topk", "mass_overflow")}
+            if n.startswith("keep_") or n in stats or n == "mass_overflow"}
     for name in keeps:
         keeps[name] += int(cols[keep_column(name)].sum())
-    region = {"kl": cols["kl_topk"] > cfg.thresholds.delta_kl,
-              "tv": cols["tv_topk"] > cfg.thresholds.delta_tv}
-    for fam, sel in region.items():
-        summary.out_of_region[fam] = summary.out_of_region.get(fam, 0) + int(sel.sum())
+    for key, (stat, low, high) in regions.items():
+        if stat in cols:  # NaN is never outside (as in the masks)
+            v = cols[stat]
+            n = int((~np.isnan(v) & ~((v >= low) & (v <= high))).sum())
+            summary.out_of_region[key] = summary.out_of_region.get(key, 0) + n
     for pair in pairs:
         # two masks of one proximity agree inside its region: any difference is outside
         differ = cols[keep_column(pair.base)] != cols[keep_column(pair.other)]

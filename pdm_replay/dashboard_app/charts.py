@@ -25,12 +25,11 @@ AGREEMENT_COLOURS = alt.Scale(domain=["sign agrees", "sign differs", "no ΔD"],
 
 def seed_unsafe_chart(rates: pl.DataFrame) -> alt.Chart:
     """Per-seed unsafe-keep rate of the ratio vs the predictive mask, one panel per
-    (update basis, family, estimator, δ); ``rates`` is
+    (update basis, comparison pair, δ); ``rates`` is
     :func:`pdm_replay.report.api.seed_rates`. A rate of 0 draws a tick at 0, a seed where
     the mask kept no disagreement token an "∅" (empty), so the two never look alike."""
-    long = (rates.with_columns(pair=pl.format("{}: {} / {}, δ = {}", "basis", "family",
-                                              "estimator", "delta"))
-            .unpivot(index=["seed", "pair"], on=["unsafe_ratio", "unsafe_predictive"],
+    long = (rates.with_columns(panel=pl.format("{}: {}, δ = {}", "basis", "pair", "delta"))
+            .unpivot(index=["seed", "panel"], on=["unsafe_ratio", "unsafe_predictive"],
                      variable_name="direction", value_name="unsafe_keep_rate")
             .with_columns(pl.col("direction").str.replace("unsafe_", ""),
                           # a rate of 0 is a bar of height 0; no kept token is "empty"
@@ -42,16 +41,17 @@ def seed_unsafe_chart(rates: pl.DataFrame) -> alt.Chart:
     bars = alt.Chart().mark_bar().encode(
         x=x, xOffset=offset, color=colour,
         y=alt.Y("unsafe_keep_rate:Q", title="unsafe-keep rate", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["pair", "seed", "direction", alt.Tooltip("unsafe_keep_rate:Q", format=".1%")])
+        tooltip=["panel", "seed", "direction",
+                 alt.Tooltip("unsafe_keep_rate:Q", format=".1%")])
     zero = alt.Chart().transform_filter("datum.unsafe_keep_rate === 0").mark_tick(
         thickness=2, size=8).encode(x=x, xOffset=offset, color=colour,
                                    y=alt.Y("unsafe_keep_rate:Q"))
     empty = alt.Chart().transform_filter("datum.kept === 'empty'").mark_text(
         text="∅", dy=-6, fontSize=11).encode(x=x, xOffset=offset, color=colour,
-                                             y=alt.datum(0), tooltip=["pair", "seed",
+                                             y=alt.datum(0), tooltip=["panel", "seed",
                                                                       "direction", "kept"])
     return alt.layer(bars, zero, empty, data=long).properties(height=180, width=280).facet(
-        facet=alt.Facet("pair:N", title=None), columns=2)
+        facet=alt.Facet("panel:N", title=None), columns=2)
 
 
 def histogram_chart(hist: pl.DataFrame, *, threshold: float | None, log: bool,
@@ -137,7 +137,7 @@ def support_chart(masses: pl.DataFrame) -> alt.Chart:
 
 
 # the headline columns a 1,280 px window shows without scrolling, in this order
-HEADLINE_KEY = ("basis", "family", "estimator", "delta", "unsafe_ratio_pooled",
+HEADLINE_KEY = ("basis", "pair", "delta", "unsafe_ratio_pooled",
                 "unsafe_predictive_pooled", "unsafe_ratio_seed_mean",
                 "unsafe_predictive_seed_mean", "wins", "losses", "ties", "empty_seeds",
                 "sign_test_p", "wilcoxon_p")
@@ -160,15 +160,15 @@ def headline_columns() -> dict[str, Any]:
              "unsafe_ratio_seed_mean": "ratio seed-mean",
              "unsafe_predictive_seed_mean": "pred. seed-mean", "sign_test_p": "sign p",
              "wilcoxon_p": "Wilcoxon p", "empty_seeds": "empty", "basis": "update",
-             "estimator": "estim.", "delta": "δ"}
+             "pair": "pair", "delta": "δ"}
     fmt = {c: "percent" for c in label if c.startswith("unsafe_")} | {
         "sign_test_p": "%.3g", "wilcoxon_p": "%.3g"}
-    # pixels: 14 columns in the ~800 px a 1,280 px window leaves beside the sidebar
-    width = {"basis": 55, "family": 50, "estimator": 62, "delta": 45, "sign_test_p": 62,
+    # pixels: 13 columns in the ~800 px a 1,280 px window leaves beside the sidebar
+    width = {"basis": 55, "pair": 112, "delta": 45, "sign_test_p": 62,
              "wilcoxon_p": 70} | {c: 72 for c in fmt if c.startswith("unsafe_")}
     return {c: (st.column_config.NumberColumn(label.get(c, c), format=fmt.get(c),
                                               width=width.get(c, 48))
-                if c not in ("basis", "family", "estimator")
+                if c not in ("basis", "pair")
                 else st.column_config.TextColumn(label.get(c, c), width=width[c]))
             for c in HEADLINE_KEY}
 

@@ -3,11 +3,12 @@
 Every function takes a :class:`~pdm_replay.report.db.ReportDB` from
 :func:`~pdm_replay.report.db.connect`; the CLI and the dashboard both call these. Metric
 definitions (SPEC §6), per seed and comparison (:mod:`pdm_replay.report.comparisons`: a
-registered ratio / predictive pair of family f in (kl, tv), estimator e in (agg, uniform),
-at a threshold δ), and per basis (the update ΔD is measured under: ``actual``, ``own``,
-``none``):
+registered ratio / predictive mask pair, ``pair``, whose predictive mask declares the
+divergence family f and estimator e, at a threshold setting δ), and per basis (the update
+ΔD of f is measured under: ``actual``, ``own``, ``none``):
 
-- out-of-region set O: tokens with ``f_topk > δ``;
+- out-of-region set O: tokens outside the pair's region (``region``: the predictive
+  mask's proximity criterion as the registry builds it, e.g. ``kl_topk > 0.15``);
 - disagreement set: tokens of O (Â ≠ 0) where the ratio criterion sign(Â)(r − 1) > 0 and
   the predictive criterion sign(Â)·Ḋ_e > 0 disagree (the masks' decisions on O, re-derived
   from stored columns so that any δ works);
@@ -28,7 +29,8 @@ Examples
 >>> from pdm_replay.report.db import connect
 >>> db = connect(example_run())
 >>> h = headline(db)
->>> h.filter(pl.col("basis") == "own").select("family", "estimator", "n_seeds").rows()
+>>> own = h.filter((pl.col("basis") == "own") & pl.col("ratio_mask").str.starts_with("dppo"))
+>>> own.select("family", "estimator", "n_seeds").rows()
 [('kl', 'agg', 3), ('kl', 'uniform', 3), ('tv', 'agg', 3), ('tv', 'uniform', 3)]
 >>> h["basis"].unique(maintain_order=True).to_list()  # no `actual` update in this run
 ['own', 'none']
@@ -41,9 +43,7 @@ import polars as pl
 
 from pdm_replay.report.db import ReportDB
 # headline is re-exported: it is computed in report.headline only
-from pdm_replay.report.headline import KEYS, headline  # noqa: F401
-
-PAIR_KEYS = ("family", "estimator")
+from pdm_replay.report.headline import LABELS, headline  # noqa: F401
 
 
 def settings(db: ReportDB) -> pl.DataFrame:
@@ -52,11 +52,13 @@ def settings(db: ReportDB) -> pl.DataFrame:
 
 
 def mask_summary(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
-    """Keep fraction of every mask in the run, and its family's out-of-region count.
+    """Keep fraction of every mask in the run, and the out-of-region count of its region.
 
     Columns: [seed,] mask, family, direction, estimator, n_tokens, n_kept, n_masked,
-    keep_fraction, n_out_of_region (tokens with ``family_topk > delta``; null for masks
-    without a family). Registry order.
+    keep_fraction, n_out_of_region (tokens outside the mask's own region as the registry
+    builds it at the run's thresholds, e.g. ``kl_topk > δ_kl`` for ``pdm_kl_agg``,
+    ``kl_binary > δ_kl`` for ``dppo_binary_kl``; null for masks without a family, sweep
+    variants and regions SQL cannot test per token). Registry order.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect
@@ -68,12 +70,13 @@ def mask_summary(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
     return db.named("mask_summary_by_seed" if by_seed else "mask_summary")
 
 
-def disagreements(db: ReportDB, *, family: str | None = None, estimator: str | None = None,
-                  seed: int | None = None, limit: int | None = 100, offset: int = 0
-                  ) -> pl.DataFrame:
-    """Disagreement tokens with every pre/post value, one page (``limit`` None: all).
+def disagreements(db: ReportDB, *, pair: str | None = None, family: str | None = None,
+                  estimator: str | None = None, seed: int | None = None,
+                  limit: int | None = 100, offset: int = 0) -> pl.DataFrame:
+    """Disagreement tokens with every pre/post value, one page (``limit`` None: all);
+    ``pair`` (``<ratio mask> vs <predictive mask>``), ``family``, ``estimator`` filter.
 
-    Ordered by seed, family, estimator, sample_id, pos. ``kept_by`` names the mask that
+    Ordered by seed, family, estimator, pair, sample_id, pos. ``kept_by`` names the mask that
     kept the token; ``delta_d_kept`` is ΔD under that mask's own update; ``delta_d_ratio``,
     ``delta_d_predictive``, ``delta_d_none`` are ΔD under each update (null without a replay).
 
@@ -84,27 +87,32 @@ def disagreements(db: ReportDB, *, family: str | None = None, estimator: str | N
     >>> page.height, set(page["family"]), (page["keep_ratio"] != page["keep_predictive"]).all()
     (5, {'kl'}, True)
     """
-    return db.named("disagreements", {"family": family, "estimator": estimator, "seed": seed,
-                                      "limit": limit, "offset": offset})
+    return db.named("disagreements", {"pair": pair, "family": family, "estimator": estimator,
+                                      "seed": seed, "limit": limit, "offset": offset})
 
 
 def kept_deltas(db: ReportDB) -> pl.DataFrame:
     """ΔD of every measured kept disagreement token under the keeping mask's own update:
-    seed, family, estimator, kept_by, update_mask, delta_d_kept (empty without a replay)."""
+    seed, pair, family, estimator, region, δ, kept_by, update_mask, delta_d_kept (empty
+    without a replay)."""
     return db.named("kept_deltas")
 
 
 def alignment_by_seed(db: ReportDB) -> pl.DataFrame:
     """Per seed, basis (``actual`` / ``own`` / ``none``: the update ΔD is measured under),
-    family, estimator, δ and direction (``update_mask``: the update measured): counts of
-    out-of-region, disagreement, kept, measured, unsafe and corrective tokens and the rates.
+    pair (with its family, estimator and region), δ and direction (``update_mask``: the
+    update measured): counts of out-of-region, disagreement, kept, measured, unsafe and
+    corrective tokens and the rates.
 
     >>> from pdm_replay.report.synthetic import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     df = alignment_by_seed(db)
-    >>> df.height  # 3 seeds x 2 bases (own, none) x 4 (family, estimator) x 2 directions
-    48
+    >>> kl = df.filter(pl.col("region") == "kl_topk > 0.15")
+    >>> kl.height  # 3 seeds x 2 bases (own, none) x 2 pairs (agg, uniform) x 2 directions
+    24
+    >>> sorted(kl["pair"].unique())
+    ['dppo_topk_kl vs pdm_kl_agg', 'dppo_topk_kl vs pdm_kl_uniform']
     >>> bool((df["n_unsafe"] + df["n_corrective"] <= df["n_measured"]).all())
     True
     """
@@ -134,7 +142,7 @@ def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95
     >>> with connect(example_run()) as db:
     ...     w = seed_wins(db, n_resamples=100)
     >>> w.columns[:8]
-    ['basis', 'family', 'estimator', 'delta', 'n_seeds', 'wins', 'losses', 'ties']
+    ['basis', 'pair', 'family', 'estimator', 'region', 'delta', 'n_seeds', 'wins']
     >>> bool(((w["wins"] + w["losses"] + w["ties"]) == w["seeds_compared"]).all())
     True
     """
@@ -144,7 +152,7 @@ def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95
 
 def seed_wins_of(head: pl.DataFrame) -> pl.DataFrame:
     """The seed-outcome columns of a :func:`headline` frame."""
-    return head.select(*KEYS, "n_seeds", "wins", "losses", "ties", "empty_seeds",
+    return head.select(*LABELS, "n_seeds", "wins", "losses", "ties", "empty_seeds",
                        "seeds_compared", "win_seeds", "empty_seed_list", "sign_test_p",
                        "wilcoxon_p", "seeds_independent", "unsafe_diff_pooled", "ci_low",
                        "ci_high", "unsafe_diff_seed_mean", "seed_mean_ci_low",
@@ -160,7 +168,7 @@ def sign_accuracy(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     acc = sign_accuracy(db)
-    >>> acc.filter(pl.col("family") == "kl")["predictor"].to_list()
+    >>> acc.filter(pl.col("region") == "kl_topk > 0.15")["predictor"].to_list()
     ['ratio', 'predictive_agg', 'predictive_uniform', 'predictive_exact']
     """
     return db.named("sign_accuracy_by_seed" if by_seed else "sign_accuracy")

@@ -22,8 +22,9 @@ from typing import Any
 
 import polars as pl
 
-from pdm_replay.masks import MASKS, comparison_pairs
+from pdm_replay.masks import MASKS, mask_pairs
 from pdm_replay.report import api
+from pdm_replay.report.comparisons import pair_label
 from pdm_replay.report.attribution_report import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
@@ -191,13 +192,28 @@ def basis_notes(db: ReportDB) -> list[str]:
                      + (f"; the trainer used {trainer['mask']}" if trainer else ""))
     for c in layout.comparisons:
         if info.has_updates and not c.own_measured:
-            option = "--delta-kl" if c.family == "kl" else "--delta-tv"
-            notes.append(f"{c.family}/{c.estimator} at δ = {c.delta:g}: no own-update rates, "
+            notes.append(f"{c.pair} at δ = {c.delta:g} ({c.region}): no own-update rates, "
                          f"the replay did not simulate both {c.ratio_mask} and "
                          f"{c.predictive_mask} at this δ (replay them with --update-masks "
-                         f"and {option} {c.delta:g}); the `actual` and `none` rates are "
-                         "computed from the stored columns at this δ")
-    return notes
+                         f"and {threshold_option(c.field, c.delta)}); the `actual` and "
+                         "`none` rates are computed from the stored columns at this δ")
+    return [*notes, *layout.notes]
+
+
+THRESHOLD_FLAGS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c")
+
+
+def threshold_option(field: str, value: float) -> str:
+    """The replay option that sets Thresholds ``field`` (masks.Thresholds: six fields have
+    a flag of their own, every other is ``--mask-param FIELD=VALUE``).
+
+    >>> threshold_option("delta_kl", 0.2), threshold_option("icepop_low", 0.5)
+    ('--delta-kl 0.2', '--mask-param icepop_low=0.5')
+    """
+    if field in THRESHOLD_FLAGS:
+        return f"--{field.replace('_', '-')} {value:g}"
+    return f"--mask-param {field}={value:g}"
+
 
 
 def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
@@ -207,11 +223,11 @@ def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
         notes.append(f"{info.source}: no simulated update (updates/v1), so unsafe-keep and "
                      "corrective rates, sign accuracy and seed wins are empty; out-of-region "
                      f"and disagreement counts are shown. To get them, {REPLAY_HINT}")
-    for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
-        missing = [f"keep_{m}" for m in (ratio, pred) if m not in info.masks]
-        if missing:
-            notes.append(f"no {family}/{estimator} comparison: the run lacks "
-                         f"{', '.join(missing)}")
+    for pair in mask_pairs(list(MASKS)):
+        missing = [f"keep_{m}" for m in (pair.base, pair.other) if m not in info.masks]
+        if pair.family is not None and missing:
+            notes.append(f"no {pair_label(pair)} comparison ({pair.family}/{pair.estimator}): "
+                         f"the run lacks {', '.join(missing)}")
     if not info.has_exact:
         notes.append("estimator accuracy needs kl_exact/dkl_exact: a replay with a behavior "
                      "checkpoint (full µ)")

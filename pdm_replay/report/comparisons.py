@@ -1,18 +1,28 @@
-"""What the direction analysis compares: ratio-vs-predictive pairs × thresholds × updates.
+"""What the direction analysis compares: registered mask pairs × threshold settings × updates.
 
-A *comparison* is one registered (ratio mask, predictive mask) pair of a family
-(:func:`pdm_replay.masks.comparison_pairs`, the one list of pairs) at one threshold δ.
-Its out-of-region set and disagreement set are functions of stored tokens/v1 columns
-(``kl_topk``/``tv_topk``, the advantage, the ratio and the slopes), so they exist at any δ.
-The realized change ΔD of a kept disagreement token is measured under one *basis*:
+A *comparison* is one registered (ratio mask, predictive mask) pair
+(:func:`pdm_replay.masks.mask_pairs`, the one list of pairs; ``pair`` names it) at one
+threshold setting. Its region is the predictive mask's own proximity criterion, read
+from the **built** mask (``MASKS[name].build(thresholds)``: a
+:class:`~pdm_replay.mask_kinds.Criterion`'s ``stat``, ``low``, ``high``) and its
+direction from the Criterion's ``slope``: never from names. Out-of-region and
+disagreement sets are functions of stored tokens/v1 columns (the statistic, the
+advantage, the ratio and the slope), so they exist at any threshold. ``delta`` is the
+value of the pair's first declared ``thresholds`` field (the one a sweep or
+``report --delta-kl``/``--delta-tv`` varies). The realized change ΔD of the pair's
+``family`` (the divergence the predictive mask declares) of a kept disagreement token is
+measured under one *basis*:
 
 - ``actual``: the trainer's real step (update ``actual``, ``replay --next-checkpoint``);
-- ``own``: each mask's own simulated update, which exists only at the δ it was replayed
-  at (``<mask>`` or the sweep variant ``<mask>@<value>``);
+- ``own``: each mask's own simulated update, which exists only at the setting it was
+  replayed at (``<mask>`` or the sweep variant ``<mask>@<value>``);
 - ``none``: the simulated keep-all update.
 
-``actual`` and ``none`` do not depend on δ, so ``report --delta-kl V`` re-thresholds them
-without a new replay; ``own`` at a δ no update was simulated at is left out with a note.
+``actual`` and ``none`` do not depend on the thresholds, so ``report --delta-kl V``
+re-thresholds them without a new replay; ``own`` at a setting no update was simulated at
+is left out with a note. A pair whose region or slope is not a per-token tokens/v1
+column, or whose masks are sequence masks, cannot be re-derived from stored columns: it
+is left out of the direction analysis with a note (:func:`plan`).
 
 Examples
 --------
@@ -20,21 +30,31 @@ Examples
 >>> from pdm_replay.report.run_info import discover_run
 >>> info = discover_run(example_run())
 >>> cs = comparisons(info, {"none", "dppo_topk_kl", "pdm_kl_agg"})
->>> [(c.family, c.estimator, c.delta, c.ratio_update, c.predictive_update) for c in cs][:2]
-[('kl', 'agg', 0.15, 'dppo_topk_kl', 'pdm_kl_agg'), ('kl', 'uniform', 0.15, 'dppo_topk_kl', None)]
+>>> [(c.pair, c.region, c.slope, c.ratio_update, c.predictive_update) for c in cs][:2]
+... # doctest: +NORMALIZE_WHITESPACE
+[('dppo_topk_kl vs pdm_kl_agg', 'kl_topk > 0.15', 'dkl_agg', 'dppo_topk_kl', 'pdm_kl_agg'),
+ ('dppo_topk_kl vs pdm_kl_uniform', 'kl_topk > 0.15', 'dkl_uniform', 'dppo_topk_kl', None)]
+>>> cs = comparisons(info, set(), thresholds={"delta_kl": 0.3})
+>>> [(c.delta, c.high) for c in cs if c.predictive_mask == "pdm_kl_agg"]
+[(0.3, 0.3)]
 >>> bases({"none", "actual", "pdm_kl_agg"}, has_updates=True)
 ['actual', 'own', 'none']
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 from dataclasses import dataclass
-from typing import Collection, Mapping
+from typing import Any, Collection, Mapping
 
 import pyarrow as pa
 
-from pdm_replay.masks import MASKS, comparison_pairs
+from pdm_replay.mask_kinds import Criterion
+from pdm_replay.masks import MASKS, MaskPair, Thresholds, mask_pairs
 from pdm_replay.report.run_info import RunInfo
+from pdm_replay.schema import tokens_schema
 
 ACTUAL = "actual"  # the update name `replay --next-checkpoint` writes (replay/actual.py)
 NONE = "none"
@@ -43,11 +63,19 @@ BASES = (ACTUAL, "own", NONE)  # print order: the trainer's real step first
 
 @dataclass(frozen=True)
 class Comparison:
-    """One pair at one δ; ``*_update`` name each mask's own update (None: not simulated)."""
+    """One pair at one threshold setting: its region ``low <= stat <= high`` (outside:
+    out of region) and predictive ``slope`` column; ``*_update`` name each mask's own
+    update (None: not simulated)."""
 
+    pair: str
     family: str
-    estimator: str
+    estimator: str | None
+    field: str  # the Thresholds field ``delta`` is the value of (the pair's first)
     delta: float
+    stat: str
+    low: float
+    high: float
+    slope: str
     ratio_mask: str
     predictive_mask: str
     ratio_update: str | None
@@ -57,50 +85,140 @@ class Comparison:
     def own_measured(self) -> bool:
         return self.ratio_update is not None and self.predictive_update is not None
 
+    @property
+    def region(self) -> str:
+        """The out-of-region test as text, e.g. ``kl_topk > 0.15``, ``ratio ∉ [0.5, 5.0]``.
 
-def threshold_field(mask: str) -> str:
-    """The Thresholds field (``delta_kl`` / ``delta_tv``) a divergence mask reads."""
-    return MASKS[mask].thresholds[0]
-
-
-def _deltas(info: RunInfo, mask: str, override: float | None) -> list[float]:
-    """δ values a pair is analysed at: the override, the sweep's, or the run's primary."""
-    if override is not None:
-        return [override]
-    field = threshold_field(mask)
-    swept = [float(v[field]) for v in info.mask_variants.values()
-             if v.get("mask") == mask and field in v]
-    return sorted(dict.fromkeys(swept)) or [getattr(info.thresholds, field)]
+        >>> Comparison("a vs b", "kl", None, "icepop_low", 0.5, "ratio", 0.5, 5.0, "dkl_agg",
+        ...            "a", "b", None, None).region
+        'ratio ∉ [0.5, 5.0]'
+        """
+        return region_label(self.stat, self.low, self.high)
 
 
-def own_update(info: RunInfo, mask: str, delta: float, updates: Collection[str]) -> str | None:
-    """The name of ``mask``'s simulated update at ``delta``, if the run holds it."""
-    field = threshold_field(mask)
-    names = [n for n, v in info.mask_variants.items()
-             if v.get("mask") == mask and float(v.get(field, "nan")) == delta]
+def region_label(stat: str, low: float, high: float) -> str:
+    """``stat`` outside ``[low, high]`` as text (one infinite bound: a one-sided test)."""
+    if low == -math.inf:
+        return f"{stat} > {high!r}"
+    if high == math.inf:
+        return f"{stat} < {low!r}"
+    return f"{stat} ∉ [{low!r}, {high!r}]"
+
+
+def pair_label(pair: MaskPair) -> str:
+    """The stable name of a registered pair (:attr:`MaskPair.label`)."""
+    return pair.label
+
+
+def per_token_columns() -> frozenset[str]:
+    """The tokens/v1 float64 per-token columns a region or slope may read in SQL."""
+    schema = tokens_schema([], replay=True, exact=True)
+    return frozenset(f.name for f in schema if f.type == pa.float64())
+
+
+def _fields(pair: MaskPair) -> tuple[str, ...]:
+    """The Thresholds fields the pair reads (the predictive mask's, then the ratio's)."""
+    return tuple(dict.fromkeys(MASKS[pair.other].thresholds + MASKS[pair.base].thresholds))
+
+
+def _settings(info: RunInfo, pair: MaskPair, override: Mapping[str, float]
+              ) -> list[Thresholds]:
+    """Threshold settings a pair is analysed at: the report-time overrides of its fields,
+    else each sweep variant of its ratio mask, else the run's primary thresholds."""
+    fields = _fields(pair)
+    given = {f: v for f, v in override.items() if f in fields}
+    if given:
+        return [dataclasses.replace(info.thresholds, **given)]
+    swept = [dataclasses.replace(info.thresholds, **{f: float(v[f]) for f in fields if f in v})
+             for v in info.mask_variants.values() if v.get("mask") == pair.base]
+    key = fields[0] if fields else None
+    out = list(dict.fromkeys(swept)) or [info.thresholds]
+    return sorted(out, key=lambda t: getattr(t, key)) if key else out
+
+
+def own_update(info: RunInfo, mask: str, setting: Thresholds,
+               updates: Collection[str]) -> str | None:
+    """The name of ``mask``'s simulated update at ``setting``, if the run holds it."""
+    fields = MASKS[mask].thresholds
+    def same(values: Mapping[str, Any]) -> bool:
+        return all(float(values.get(f, getattr(info.thresholds, f))) == getattr(setting, f)
+                   for f in fields)
+    names = [n for n, v in info.mask_variants.items() if v.get("mask") == mask and same(v)]
     if not any(v.get("mask") == mask for v in info.mask_variants.values()) \
-            and delta == getattr(info.thresholds, field):
+            and same(dataclasses.asdict(info.thresholds)):
         names = [mask]
     return next((n for n in names if n in updates), None)
 
 
-def comparisons(info: RunInfo, updates: Collection[str], *,
-                thresholds: Mapping[str, float] | None = None) -> list[Comparison]:
-    """Every comparison of the run: registered pairs whose two masks the run decided
-    (``keep_`` columns) or simulated (``updates``), at each δ (``thresholds`` maps
-    ``delta_kl``/``delta_tv`` to a report-time δ)."""
+def mask_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] | None:
+    """``(stat, low, high)`` of mask ``name``'s region as it builds at ``thresholds``, when
+    SQL can test it per token (a token-level Criterion on a tokens/v1 column); else None.
+
+    >>> mask_region("dppo_binary_kl", Thresholds(delta_kl=0.1))
+    ('kl_binary', -inf, 0.1)
+    >>> mask_region("gspo", Thresholds()) is None  # a sequence statistic
+    True
+    """
+    crit = MASKS[name].build(thresholds)
+    if (not isinstance(crit, Criterion) or crit.reads_sequences
+            or crit.stat not in per_token_columns()):
+        return None
+    return crit.stat, crit.low, crit.high
+
+
+def _criterion(pair: MaskPair, setting: Thresholds) -> Criterion | str:
+    """The predictive mask's Criterion at ``setting``, or why SQL cannot re-derive it."""
+    pred, ratio = MASKS[pair.other].build(setting), MASKS[pair.base].build(setting)
+    columns = per_token_columns()
+    if not isinstance(pred, Criterion) or not isinstance(ratio, Criterion):
+        return "a mask of the pair is not a proximity × direction criterion"
+    if pred.reads_sequences or MASKS[pair.other].granularity != "token":
+        return "it is a sequence mask (its region is a sequence statistic)"
+    if (ratio.stat, ratio.low, ratio.high, ratio.reduce) != (pred.stat, pred.low, pred.high,
+                                                             pred.reduce):
+        return "its two masks build different regions"
+    if ratio.clip_ratio_c or pred.clip_ratio_c:
+        return "a mask of the pair dual-clips"
+    missing = [c for c in (pred.stat, pred.slope) if c not in columns]
+    if missing:
+        return f"{' and '.join(missing)} is not a per-token tokens/v1 column"
+    return pred
+
+
+def plan(info: RunInfo, updates: Collection[str], *,
+         thresholds: Mapping[str, float] | None = None
+         ) -> tuple[list[Comparison], list[str]]:
+    """Every comparison of the run, and a note per pair left out of the direction
+    analysis: registered pairs whose two masks the run decided (``keep_`` columns) or
+    simulated (``updates``), at each setting (``thresholds`` maps Thresholds fields, e.g.
+    ``delta_kl``, to report-time values)."""
     present = set(info.masks) | {str(info.mask_variants.get(u, {}).get("mask", u))
                                  for u in updates}
-    out = []
-    for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
-        if ratio not in present or pred not in present:
+    out, notes = [], []
+    for p in mask_pairs(list(MASKS)):
+        if p.family is None or p.base not in present or p.other not in present:
             continue
-        override = (thresholds or {}).get(threshold_field(ratio))
-        for delta in _deltas(info, ratio, override):
-            out.append(Comparison(family, estimator, delta, ratio, pred,
-                                  own_update(info, ratio, delta, updates),
-                                  own_update(info, pred, delta, updates)))
-    return out
+        for setting in _settings(info, p, thresholds or {}):
+            crit = _criterion(p, setting)
+            if isinstance(crit, str):
+                notes.append(f"{pair_label(p)} is left out of the direction analysis: "
+                             f"{crit}, so its decisions cannot be re-derived from stored "
+                             "columns")
+                break
+            field = _fields(p)[0] if _fields(p) else ""
+            out.append(Comparison(
+                pair_label(p), p.family, p.estimator, field,
+                float(getattr(setting, field)) if field else math.nan, crit.stat,
+                crit.low, crit.high, crit.slope, p.base, p.other,
+                own_update(info, p.base, setting, updates),
+                own_update(info, p.other, setting, updates)))
+    return out, notes
+
+
+def comparisons(info: RunInfo, updates: Collection[str], *,
+                thresholds: Mapping[str, float] | None = None) -> list[Comparison]:
+    """The comparisons of :func:`plan` (without its notes)."""
+    return plan(info, updates, thresholds=thresholds)[0]
 
 
 def bases(updates: Collection[str], *, has_updates: bool) -> list[str]:
@@ -110,17 +228,46 @@ def bases(updates: Collection[str], *, has_updates: bool) -> list[str]:
 
 
 def comparisons_table(cs: list[Comparison], *, has_updates: bool) -> pa.Table:
-    """The ``comparisons`` table the views read; ``own_in_grid``: whether the ``own`` basis
-    has rows (both own updates simulated, or no updates at all: counts only)."""
+    """The ``comparisons`` table the views read (``ord``: print order); ``own_in_grid``:
+    whether the ``own`` basis has rows (both own updates simulated, or no updates at all:
+    counts only)."""
+    f64 = pa.float64()
     return pa.table({
-        "family": [c.family for c in cs], "estimator": [c.estimator for c in cs],
-        "delta": pa.array([c.delta for c in cs], pa.float64()),
-        "ratio_mask": [c.ratio_mask for c in cs],
-        "predictive_mask": [c.predictive_mask for c in cs],
+        "ord": pa.array(range(len(cs)), pa.int32()),
+        "pair": pa.array([c.pair for c in cs], pa.string()),
+        "family": pa.array([c.family for c in cs], pa.string()),
+        "estimator": pa.array([c.estimator for c in cs], pa.string()),
+        "delta": pa.array([c.delta for c in cs], f64),
+        "region": pa.array([c.region for c in cs], pa.string()),
+        "stat": pa.array([c.stat for c in cs], pa.string()),
+        "low": pa.array([c.low for c in cs], f64),
+        "high": pa.array([c.high for c in cs], f64),
+        "slope": pa.array([c.slope for c in cs], pa.string()),
+        "ratio_mask": pa.array([c.ratio_mask for c in cs], pa.string()),
+        "predictive_mask": pa.array([c.predictive_mask for c in cs], pa.string()),
         "ratio_update": pa.array([c.ratio_update for c in cs], pa.string()),
         "predictive_update": pa.array([c.predictive_update for c in cs], pa.string()),
-        "own_in_grid": [c.own_measured or not has_updates for c in cs],
+        "own_in_grid": pa.array([c.own_measured or not has_updates for c in cs], pa.bool_()),
     })
+
+
+def column_pattern(names: Collection[str]) -> str:
+    """A regular expression matching exactly ``names`` (the views' ``COLUMNS(...)``);
+    every per-token column when ``names`` is empty (a run without comparisons: the views
+    still bind, and no region reads them).
+
+    >>> column_pattern(["kl_topk", "ratio"])
+    '^(kl_topk|ratio)$'
+    """
+    chosen = sorted(names) or sorted(per_token_columns())
+    return "^(" + "|".join(re.escape(n) for n in chosen) + ")$"
+
+
+def region_columns(cs: list[Comparison], stats: Collection[str] = ()) -> dict[str, str]:
+    """The ``report_regions`` variable: patterns of the statistic and slope columns the
+    comparisons read (and the other region ``stats`` of the ``masks`` table)."""
+    return {"stat_columns": column_pattern({c.stat for c in cs} | set(stats)),
+            "slope_columns": column_pattern({c.slope for c in cs})}
 
 
 def bases_table(names: list[str]) -> pa.Table:

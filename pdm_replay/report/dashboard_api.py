@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
-from pdm_replay.masks import MASKS, comparison_pairs
+from pdm_replay.masks import MASKS, mask_pairs
+from pdm_replay.report.comparisons import pair_label
 from pdm_replay.report.db import ReportDB, connect, load_sql
 # the Mask comparison page's query (computed in report.mask_comparison only)
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
@@ -150,16 +151,26 @@ def connect_dashboard(source: Path | str, **connect_kwargs: Any) -> tuple[Report
     return db, status
 
 
-def pair_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The families and predictive estimators of the registry's pairs (the Disagreements
-    page's filters), registry order.
+def pair_options() -> tuple[str, ...]:
+    """The registry's comparison pairs (``<ratio mask> vs <predictive mask>``, the
+    Disagreements page's pair filter), registry order.
 
-    >>> pair_options()
+    >>> pair_options()[:2]
+    ('dppo_topk_kl vs pdm_kl_agg', 'dppo_topk_kl vs pdm_kl_uniform')
+    """
+    return tuple(pair_label(p) for p in mask_pairs(list(MASKS)) if p.family is not None)
+
+
+def family_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The families and predictive estimators of the registry's pairs (the page's other
+    filters), registry order.
+
+    >>> family_options()
     (('kl', 'tv'), ('agg', 'uniform'))
     """
-    pairs = comparison_pairs(list(MASKS))
-    return (tuple(dict.fromkeys(p[0] for p in pairs)),
-            tuple(dict.fromkeys(p[1] for p in pairs)))
+    pairs = [p for p in mask_pairs(list(MASKS)) if p.family is not None]
+    return (tuple(dict.fromkeys(p.family for p in pairs)),
+            tuple(dict.fromkeys(p.estimator for p in pairs if p.estimator)))
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,8 @@ class DisagreementFilter:
     ``update`` picks whose simulated step ΔD (``delta_d``) is read from: ``own`` (the mask
     that kept the token), ``ratio`` / ``predictive`` (that mask of the pair), ``none`` or
     ``actual`` (the trainer's real step).
-    ``kept_by``: ``ratio`` | ``predictive``; ``adv_sign`` / ``delta_sign``: -1, 0 or 1.
+    ``kept_by``: ``ratio`` | ``predictive``; ``adv_sign`` / ``delta_sign``: -1, 0 or 1;
+    ``pair``: one of :func:`pair_options`.
     """
 
     family: str | None = None
@@ -179,10 +191,13 @@ class DisagreementFilter:
     kept_by: str | None = None
     adv_sign: int | None = None
     delta_sign: int | None = None
+    pair: str | None = None
 
     def __post_init__(self) -> None:
-        families, estimators = pair_options()
-        checks = [(self.family in (None, *families),
+        families, estimators = family_options()
+        pairs = pair_options()
+        checks = [(self.pair in (None, *pairs), f"pair {self.pair!r}: {' | '.join(pairs)}"),
+                  (self.family in (None, *families),
                    f"family {self.family!r}: {' | '.join(families)}"),
                   (self.estimator in (None, *estimators),
                    f"estimator {self.estimator!r}: {' | '.join(estimators)}"),
@@ -213,7 +228,7 @@ def disagreement_page(db: ReportDB, flt: DisagreementFilter, *, sort: str = "key
                       descending: bool = False, limit: int = 50, offset: int = 0
                       ) -> pl.DataFrame:
     """One page of the disagreement tokens that pass ``flt``, sorted by ``sort``
-    (:data:`SORT_COLUMNS`; ``key`` = seed, family, estimator, sample_id, pos).
+    (:data:`SORT_COLUMNS`; ``key`` = seed, family, estimator, pair, sample_id, pos).
 
     Columns: key, ``kept_by``, ``update_mask`` (the update ``delta_d`` is read from),
     Â, r, ``d_pre``, ``delta`` (δ), slope terms, ``delta_d`` and ΔD under every update.

@@ -7,9 +7,10 @@ read the run's Parquet files and nothing else, and cannot write files or change 
 so ad-hoc ``pdm-replay sql`` queries are harmless.
 
 Views: ``tokens``, ``updates``, ``settings``, ``seeds``, ``masks``, ``mask_pairs``,
-``comparisons`` (pair × δ, :mod:`pdm_replay.report.comparisons`), ``bases``,
-``mask_variants`` (the names mask@value of a sweep and their masks),
-``out_of_region``, ``direction_pairs``, ``disagreements`` (over ``disagreements_live``,
+``comparisons`` (pair × threshold setting, :mod:`pdm_replay.report.comparisons`),
+``bases``, ``mask_variants`` (the names mask@value of a sweep and their masks),
+``regions``, ``out_of_region``, ``slope_values``, ``direction_pairs``,
+``pair_disagreements``, ``disagreements`` (over ``disagreements_live``,
 or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignment_by_seed``,
 ``seed_rates``, ``kept_measured``, ``cluster_counts``, ``realized``, ``realized_none``,
 ``sign_accuracy``, ``estimator_accuracy``,
@@ -53,8 +54,9 @@ import pyarrow as pa
 
 from pdm_replay.errors import FieldError, InputError
 from pdm_replay.masks import MASKS, comparison_pairs
-from pdm_replay.report.comparisons import (Comparison, bases, bases_table, comparisons,
-                                           comparisons_table)
+from pdm_replay.report.comparisons import (Comparison, bases, bases_table,
+                                           comparisons_table, mask_region, plan,
+                                           region_columns)
 from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.run_info import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
@@ -164,6 +166,7 @@ class Layout:
     updates: tuple[str, ...]
     comparisons: tuple[Comparison, ...]
     bases: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # registered pairs left out of the direction analysis
 
 
 def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
@@ -200,6 +203,9 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
     present = set(info.masks)
     names = list(MASKS) + [m for m in info.masks if m not in MASKS]
     specs = [MASKS.get(n) for n in names]
+    # a family mask's own region at the run's thresholds (its out-of-region count)
+    regions = [mask_region(n, info.thresholds) if s and s.family else None
+               for n, s in zip(names, specs)]
     masks = pa.table({
         "ord": pa.array(range(len(names)), pa.int32()),
         "name": names,
@@ -210,6 +216,9 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
         "granularity": [s.granularity if s else None for s in specs],
         "weight": [s.weight if s else None for s in specs],
         "present": [n in present for n in names],
+        "stat": pa.array([r[0] if r else None for r in regions], pa.string()),
+        "low": pa.array([r[1] if r else None for r in regions], pa.float64()),
+        "high": pa.array([r[2] if r else None for r in regions], pa.float64()),
         "doc": [s.doc if s else "not in this version's registry" for s in specs],
     })
     pairs = comparison_pairs(list(MASKS))
@@ -248,16 +257,19 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
     updates = tuple(r[0] for r in con.sql(
         "SELECT DISTINCT update_mask FROM updates ORDER BY 1").fetchall())
-    cs = tuple(comparisons(info, updates, thresholds=thresholds))
+    found, left_out = plan(info, updates, thresholds=thresholds)
+    cs = tuple(found)
     names = tuple(bases(updates, has_updates=info.has_updates))
     con.register("comparisons", comparisons_table(list(cs), has_updates=info.has_updates))
+    stats = [s for s in masks.column("stat").to_pylist() if s]
+    con.execute(load_sql("report_regions.sql"), region_columns(list(cs), stats))
     con.register("mask_variants", pa.table({
         "name": pa.array(list(info.mask_variants), pa.string()),
         "mask": pa.array([str(v["mask"]) for v in info.mask_variants.values()], pa.string())}))
     con.register("bases", bases_table(list(names)))
     for name in VIEW_FILES:
         con.execute(load_sql(name))
-    return Layout(updates, cs, names)
+    return Layout(updates, cs, names, tuple(left_out))
 
 
 class SqlRefused(InputError):

@@ -1,7 +1,9 @@
 """The headline direction analysis, computed once: one row per basis and comparison.
 
-A row compares a ratio mask with a predictive mask at one δ (``comparisons``) with ΔD
-measured under one basis (``actual`` first, then ``own``, then ``none``). It holds both
+A row compares the ratio mask with the predictive mask of one registered pair (``pair``)
+at one threshold setting (``delta``; ``region`` is the pair's out-of-region test, from the
+registry's criterion; :mod:`pdm_replay.report.comparisons`) with ΔD of the pair's
+``family`` measured under one basis (``actual`` first, then ``own``, then ``none``). It holds both
 ways of pooling every rate (:mod:`pdm_replay.report.rates`: ``*_pooled`` = Σ unsafe /
 Σ measured, ``*_seed_mean`` = mean of the per-seed rates), the seed outcomes (wins /
 losses / ties / empty), the sign test and Wilcoxon p-values over the compared seeds, left
@@ -14,8 +16,9 @@ Examples
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     h = headline(db, n_resamples=200)
->>> h.select("basis", "family", "estimator").rows()[:2]
-[('own', 'kl', 'agg'), ('own', 'kl', 'uniform')]
+>>> h.select("basis", "pair", "region").rows()[:2]  # doctest: +NORMALIZE_WHITESPACE
+[('own', 'dppo_topk_kl vs pdm_kl_agg', 'kl_topk > 0.15'),
+ ('own', 'dppo_topk_kl vs pdm_kl_uniform', 'kl_topk > 0.15')]
 >>> row = h.row(0, named=True)
 >>> row["wins"] + row["losses"] + row["ties"] + row["empty_seeds"] == row["n_seeds"]
 True
@@ -33,7 +36,8 @@ from pdm_replay.report.rates import (ClusterCounts, bootstrap_weights,
                                      cluster_bootstrap_diff, rate_summary, seed_outcomes)
 from pdm_replay.report.paired_tests import sign_test, wilcoxon_signed_rank
 
-KEYS = ("basis", "family", "estimator", "delta")
+KEYS = ("basis", "pair", "delta")  # one row each; family, estimator, region describe it
+LABELS = ("basis", "pair", "family", "estimator", "region", "delta")  # every frame's keys
 SIDES = ("ratio", "predictive")
 SHARED_WEIGHTS_BYTES = 1 << 28  # 256 MiB of uint16 resample weights at most
 
@@ -42,10 +46,10 @@ def _side_frame(by_seed: pl.DataFrame) -> pl.DataFrame:
     """alignment_by_seed with the two directions side by side, one row per seed."""
     cols = ["n_measured", "n_unsafe", "n_corrective", "unsafe_keep_rate", "update_mask"]
     sides = [by_seed.filter(pl.col("direction") == d).select(
-        *KEYS, "seed", "n_out_of_region", "n_disagree",
+        *LABELS, "seed", "n_out_of_region", "n_disagree",
         *[pl.col(c).alias(f"{c}_{d}") for c in cols]) for d in SIDES]
     return sides[0].join(sides[1].drop("n_out_of_region", "n_disagree"),
-                         on=[*KEYS, "seed"], how="full", coalesce=True, nulls_equal=True)
+                         on=[*LABELS, "seed"], how="full", coalesce=True, nulls_equal=True)
 
 
 def _rate_columns(g: pl.DataFrame) -> dict[str, Any]:
@@ -100,7 +104,7 @@ def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int,
 
 def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
              seed: int = 0, by_seed: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per (basis, family, estimator, delta): see the module docstring.
+    """One row per (basis, pair, delta): see the module docstring.
     ``by_seed``: ``alignment_by_seed`` where the caller has read it (else it is read)."""
     by_seed = db.named("alignment_by_seed") if by_seed is None else by_seed
     clusters = db.named("cluster_counts")
@@ -109,11 +113,11 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
     ids = {s: i for i, s in enumerate(clusters["sample_id"].unique(maintain_order=True))}
     n_samples = max(n_samples, len(ids))
     shared = _shared_weights(n_samples, len(ids), n_resamples, seed)
-    masks = {(c.family, c.estimator, c.delta): c for c in db.layout.comparisons}
+    masks = {(c.pair, c.delta): c for c in db.layout.comparisons}
     rows = []
     for key, g in _side_frame(by_seed).group_by(KEYS, maintain_order=True):
-        basis, family, estimator, delta = key
-        c = masks[(family, estimator, delta)]
+        basis, pair, delta = key
+        c = masks[(pair, delta)]
         g = g.sort("seed", nulls_last=True)
         mine = clusters.filter(*(pl.col(k) == v for k, v in zip(KEYS, key)))
         ci = cluster_bootstrap_diff(cluster_counts(mine, g["seed"].to_list(), n_samples, ids),
@@ -121,7 +125,8 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
                                     weights=shared)
         rates = _rate_columns(g)
         rows.append({
-            "basis": basis, "family": family, "estimator": estimator, "delta": delta,
+            "basis": basis, "pair": pair, "family": c.family, "estimator": c.estimator,
+            "region": c.region, "delta": delta,
             "ratio_mask": c.ratio_mask, "predictive_mask": c.predictive_mask,
             "ratio_update": g["update_mask_ratio"][0],
             "predictive_update": g["update_mask_predictive"][0],
@@ -153,7 +158,8 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 _F, _I, _S = pl.Float64, pl.Int64, pl.String
 SCHEMA = {
-    "basis": _S, "family": _S, "estimator": _S, "delta": _F, "ratio_mask": _S,
+    "basis": _S, "pair": _S, "family": _S, "estimator": _S, "region": _S, "delta": _F,
+    "ratio_mask": _S,
     "predictive_mask": _S, "ratio_update": _S, "predictive_update": _S, "n_seeds": _I,
     "out_of_region_per_seed": _F, "disagreement_per_seed": _F,
     **{f"{w}_{s}_{p}": _F for s in SIDES for w in ("unsafe", "corrective")
@@ -172,17 +178,17 @@ SIDE_BY_SIDE = ("disagreement_per_seed", "unsafe_ratio_pooled", "unsafe_predicti
 
 
 def threshold_comparison(head: pl.DataFrame) -> pl.DataFrame:
-    """The paper's δ comparison side by side: one row per (basis, family, estimator) that
-    was analysed at several δ, the :data:`SIDE_BY_SIDE` columns of each δ as
+    """The paper's δ comparison side by side: one row per (basis, pair) that was analysed
+    at several δ, the :data:`SIDE_BY_SIDE` columns of each δ as
     ``<column>@<δ>`` (empty when no comparison has two thresholds).
 
-    >>> h = pl.DataFrame({"basis": ["own"] * 2, "family": ["kl"] * 2,
+    >>> h = pl.DataFrame({"basis": ["own"] * 2, "pair": ["a vs b"] * 2, "family": ["kl"] * 2,
     ...                   "estimator": ["agg"] * 2, "delta": [0.05, 0.15],
     ...                   **{c: [1, 2] for c in SIDE_BY_SIDE}})
     >>> threshold_comparison(h).select("basis", "wins@0.05", "wins@0.15").row(0)
     ('own', 1, 2)
     """
-    keys = ["basis", "family", "estimator"]
+    keys = ["basis", "pair", "family", "estimator"]
     if not head.height:
         return pl.DataFrame()
     swept = head.filter(pl.col("delta").n_unique().over(keys) > 1)

@@ -185,8 +185,7 @@ def _behavior(fidelity: pl.DataFrame) -> list[ReportWarning]:
 def _few_tokens(seed_rates: pl.DataFrame) -> list[ReportWarning]:
     if not seed_rates.height or "n_measured_ratio" not in seed_rates.columns:
         return []
-    keys = [k for k in ("step", "basis", "family", "estimator", "delta")
-            if k in seed_rates.columns]
+    keys = [k for k in ("step", "basis", "pair", "delta") if k in seed_rates.columns]
     sums = seed_rates.group_by(keys, maintain_order=True).agg(
         pl.col("n_measured_ratio").sum(), pl.col("n_measured_predictive").sum())
     small = sums.filter(pl.min_horizontal("n_measured_ratio", "n_measured_predictive")
@@ -218,4 +217,4 @@ def _few_seeds(headline: pl.DataFrame) -> list[ReportWarning]:
 
 def _key(r: dict[str, Any]) -> str:
     step = f"step {r['step']} " if "step" in r else ""
-    return f"{step}{r['basis']} {r['family']}/{r['estimator']} δ = {r['delta']:g}"
+    return f"{step}{r['basis']} {r['pair']} δ = {r['delta']:g}"

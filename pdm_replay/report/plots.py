@@ -33,8 +33,9 @@ from pdm_replay.report.db import ReportDB
 from pdm_replay.report.mask_comparison import mask_comparison
 
 INSTALL_HINT = "plots need matplotlib: pip install 'pdm_replay[report]' (or matplotlib>=3.7)"
-PAIR_COLOURS = {("kl", "agg"): "#1f77b4", ("kl", "uniform"): "#17becf",
-                ("tv", "agg"): "#d62728", ("tv", "uniform"): "#ff7f0e"}
+# one colour per comparison pair, in the order the pairs come (registry order)
+PAIR_COLOURS = ("#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+                "#bcbd22")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -59,14 +60,14 @@ def _empty(ax: Any, text: str) -> None:
 
 
 def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
-    """Histograms of ``delta_d_kept`` per (family, estimator), ratio- vs predictive-kept."""
-    pairs = deltas.select("family", "estimator").unique(maintain_order=True).rows()
+    """Histograms of ``delta_d_kept`` per pair (and δ), ratio- vs predictive-kept."""
+    pairs = deltas.select("pair", "delta").unique(maintain_order=True).rows()
     fig = _figure(4.0 * max(len(pairs), 1), 3.2)
     axes = fig.subplots(1, max(len(pairs), 1), squeeze=False)[0]
     if not pairs:
         _empty(axes[0], "no realized ΔD: needs a replay")
-    for ax, (family, estimator) in zip(axes, pairs):
-        sub = deltas.filter((pl.col("family") == family) & (pl.col("estimator") == estimator))
+    for ax, (pair, delta) in zip(axes, pairs):
+        sub = deltas.filter((pl.col("pair") == pair) & (pl.col("delta") == delta))
         values = sub["delta_d_kept"].to_numpy()
         bins = np.histogram_bin_edges(values, bins=30) if len(values) else 10
         for kept_by, colour in (("ratio", "#7f7f7f"), ("predictive", "#2ca02c")):
@@ -75,7 +76,7 @@ def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
             ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=colour,
                     label=f"kept by {mask} (n={part.height})")
         ax.axvline(0.0, color="black", lw=0.8)
-        ax.set_title(f"{family}/{estimator}", fontsize=10)
+        ax.set_title(f"{pair}, δ = {delta:g}", fontsize=8)
         ax.set_xlabel("ΔD (> 0: unsafe keep)")
         ax.legend(fontsize=7)
     return _png(fig)
@@ -117,9 +118,10 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     if both.height == 0:
         _empty(ax, "no per-seed rates: needs a replay")
         return _png(fig)
-    for (family, estimator), g in both.group_by(["family", "estimator"], maintain_order=True):
+    groups = both.group_by(["pair", "delta"], maintain_order=True)
+    for i, ((pair, delta), g) in enumerate(groups):
         ax.scatter(g["unsafe_ratio"], g["unsafe_predictive"], s=18, alpha=0.8,
-                   color=PAIR_COLOURS.get((family, estimator)), label=f"{family}/{estimator}")
+                   color=PAIR_COLOURS[i % len(PAIR_COLOURS)], label=f"{pair}, δ = {delta:g}")
     ax.plot([0, 1], [0, 1], color="black", lw=0.8)
     ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
     ax.set_ylim(-0.02, 1.02)

@@ -38,7 +38,8 @@ RATE_COLUMNS = frozenset({
       for p in ("pooled", "seed_mean"))}
 ) | SHARE_COLUMNS | CERT_SHARE_COLUMNS | frozenset(PERCENT)
 HEADLINE_LABELS = {
-    "basis": "update", "family": "family", "estimator": "estimator", "delta": "δ",
+    "basis": "update", "pair": "pair", "family": "family", "estimator": "estimator",
+    "region": "region", "delta": "δ",
     "n_seeds": "seeds", "out_of_region_per_seed": "out of region / seed",
     "disagreement_per_seed": "disagreements / seed",
     "unsafe_ratio_pooled": "unsafe: ratio (pooled)",
@@ -119,7 +120,8 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
     for r in wins.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
         row.update({HEADLINE_LABELS[k]: format_value(k, r[k])
-                    for k in ("basis", "family", "estimator", "delta", "n_seeds")})
+                    for k in ("basis", "pair", "family", "estimator", "region", "delta",
+                              "n_seeds")})
         row["W/L/T/empty"] = f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
         row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
         row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
@@ -144,8 +146,8 @@ def _basis(r: dict[str, Any]) -> str:
 
 def _sentence(r: dict[str, Any], kind: str, confidence: float) -> str:
     step = f"step {r['step']}, " if "step" in r else ""
-    pair = (f"{step}{r['family']}/{r['estimator']} at δ = {r['delta']:g} "
-            f"({r['ratio_mask']} vs {r['predictive_mask']})")
+    pair = (f"{step}{r['pair']} ({r['family']}/{r['estimator']}, out of region: "
+            f"{r['region']})")
     if kind == "masks":
         return (f"{pair}: {r['out_of_region_per_seed']:.0f} tokens out of region, "
                 f"{r['disagreement_per_seed']:.0f} disagreements (log only, no replay)")
@@ -215,10 +217,10 @@ def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
 
 # the headline columns a 100-column terminal shows (``--wide``: every column); corrective
 # keeps are left out there: they are 100% − unsafe keeps (report.legend)
-NARROW = {"headline": ("step", "update", "family", "estimator", "δ", "unsafe: ratio (pooled)",
+NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
                        "unsafe: pred. (pooled)", "unsafe: ratio (seed mean)",
                        "unsafe: pred. (seed mean)", "seeds", "disagreements / seed"),
-          "seed_wins": ("step", "update", "family", "estimator", "δ", "W/L/T/empty",
+          "seed_wins": ("step", "update", "pair", "δ", "W/L/T/empty",
                         "sign test p", "Wilcoxon p"),
           "mask_comparison": ("step", "mask", "divergence", "keep", "out of region",
                               "out of region kept", "median ΔD", "p90 ΔD", "ΔD > 0",

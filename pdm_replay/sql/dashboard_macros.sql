@@ -1,12 +1,14 @@
 -- Table macros of the dashboard (pdm_replay.report.dashboard_api), created once per
 -- connection on top of the report views. Filter arguments are NULL for "any".
 
--- Disagreement tokens (view `disagreements`) with delta_d = Delta D under the chosen update:
+-- Disagreement tokens (view `disagreements`) of a comparison pair (p_pair: its label
+-- `<ratio mask> vs <predictive mask>`) with delta_d = Delta D under the chosen update:
 -- 'own' (the update of the mask that kept the token), 'ratio' / 'predictive' (the update of
 -- that mask of the pair, at the comparison's delta), 'none' (every token kept) or 'actual'
 -- (the trainer's real step).
-CREATE OR REPLACE MACRO dashboard_disagreements(p_family, p_estimator, p_seed, p_update,
-                                                p_kept_by, p_adv_sign, p_delta_sign) AS TABLE
+CREATE OR REPLACE MACRO dashboard_disagreements(p_pair, p_family, p_estimator, p_seed,
+                                                p_update, p_kept_by, p_adv_sign,
+                                                p_delta_sign) AS TABLE
 WITH d AS (
     SELECT *,
            CASE p_update WHEN 'ratio' THEN delta_d_ratio
@@ -21,7 +23,8 @@ WITH d AS (
                          ELSE CASE kept_by WHEN 'ratio' THEN ratio_update
                                            ELSE predictive_update END END AS update_mask
     FROM disagreements
-    WHERE (p_family IS NULL OR family = p_family)
+    WHERE (p_pair IS NULL OR pair = p_pair)
+      AND (p_family IS NULL OR family = p_family)
       AND (p_estimator IS NULL OR estimator = p_estimator)
       AND (p_seed IS NULL OR seed = p_seed)
       AND (p_kept_by IS NULL OR kept_by = p_kept_by)

@@ -6,13 +6,14 @@ SELECT seed FROM seeds ORDER BY seed NULLS FIRST;
 
 -- name: disagreement_count
 SELECT count(*) AS n
-FROM dashboard_disagreements($family, $estimator, $seed, $update, $kept_by, $adv_sign,
-                             $delta_sign);
+FROM dashboard_disagreements($pair, $family, $estimator, $seed, $update, $kept_by,
+                             $adv_sign, $delta_sign);
 
 -- name: disagreement_page
 -- One page, sorted by $sort (a column name below; anything else: the key order seed,
--- family, estimator, sample_id, pos), descending when $descending.
-SELECT seed, family, estimator, sample_id, pos, token_id, kept_by, update_mask, advantage,
+-- family, estimator, pair, sample_id, pos), descending when $descending.
+SELECT seed, pair, family, estimator, region, sample_id, pos, token_id, kept_by,
+       update_mask, advantage,
        ratio, d_pre, delta, d_local, d_predictive, d_exact, delta_d,
        delta_d_ratio, delta_d_predictive, delta_d_none, delta_d_actual, keep_ratio,
        keep_predictive, ratio_mask, predictive_mask, ratio_update, predictive_update, step
@@ -24,11 +25,11 @@ FROM (
                       WHEN 'ratio' THEN ratio
                       WHEN 'd_local' THEN d_local
                       WHEN 'd_predictive' THEN d_predictive END AS sort_value
-    FROM dashboard_disagreements($family, $estimator, $seed, $update, $kept_by, $adv_sign,
-                                 $delta_sign)
+    FROM dashboard_disagreements($pair, $family, $estimator, $seed, $update, $kept_by,
+                                 $adv_sign, $delta_sign)
 )
 ORDER BY CASE WHEN $descending THEN -sort_value ELSE sort_value END NULLS LAST,
-         seed, family, estimator, sample_id, pos
+         seed, family, estimator, pair, sample_id, pos
 LIMIT $limit OFFSET $offset;
 
 -- name: token_row

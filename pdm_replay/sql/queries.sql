@@ -20,19 +20,20 @@ ORDER BY family, ord, mask;
 -- name: disagreements
 SELECT *
 FROM disagreements
-WHERE ($family IS NULL OR family = $family)
+WHERE ($pair IS NULL OR pair = $pair)
+  AND ($family IS NULL OR family = $family)
   AND ($estimator IS NULL OR estimator = $estimator)
   AND ($seed IS NULL OR seed = $seed)
-ORDER BY seed, family, estimator, sample_id, pos
+ORDER BY seed, family, estimator, pair, sample_id, pos
 LIMIT $limit OFFSET $offset;
 
 -- name: alignment_by_seed
-SELECT * EXCLUDE (basis_ord) FROM alignment_by_seed
-ORDER BY basis_ord, seed, family, estimator, delta, direction DESC;
+SELECT * EXCLUDE (basis_ord, ord) FROM alignment_by_seed
+ORDER BY basis_ord, seed, ord, direction DESC;
 
 -- name: alignment
 -- Pooled over seeds: rates are sums of counts over sums of measured tokens.
-SELECT basis, family, estimator, delta, direction, update_mask,
+SELECT basis, pair, family, estimator, region, delta, direction, update_mask,
        count(*) AS n_seeds,
        CAST(sum(n_out_of_region) AS BIGINT) AS n_out_of_region,
        CAST(sum(n_disagree) AS BIGINT) AS n_disagree,
@@ -43,16 +44,16 @@ SELECT basis, family, estimator, delta, direction, update_mask,
        sum(n_unsafe) / nullif(sum(n_measured), 0) AS unsafe_keep_rate,
        sum(n_corrective) / nullif(sum(n_measured), 0) AS corrective_rate
 FROM alignment_by_seed
-GROUP BY basis, family, estimator, delta, direction, update_mask
-ORDER BY min(basis_ord), family, estimator, delta, direction DESC;
+GROUP BY basis, pair, family, estimator, region, delta, direction, update_mask
+ORDER BY min(basis_ord), min(ord), direction DESC;
 
 -- name: seed_rates
-SELECT * EXCLUDE (basis_ord) FROM seed_rates
-ORDER BY basis_ord, family, estimator, delta, seed;
+SELECT * EXCLUDE (basis_ord, ord) FROM seed_rates
+ORDER BY basis_ord, ord, seed;
 
 -- name: cluster_counts
 SELECT * FROM cluster_counts
-ORDER BY basis, family, estimator, delta, sample_id, seed, direction;
+ORDER BY basis, pair, delta, sample_id, seed, direction;
 
 -- name: n_samples
 -- Distinct samples of the run: the clusters of the bootstrap (with or without tokens in
@@ -70,22 +71,22 @@ SELECT count(*) AS n FROM (
 SELECT * FROM behavior_fidelity($unit_roundoff);
 
 -- name: sign_accuracy
-SELECT basis, family, delta, predictor,
+SELECT basis, family, region, delta, predictor,
        CAST(sum(n_tokens) AS BIGINT) AS n_tokens,
        CAST(sum(n_correct) AS BIGINT) AS n_correct,
        sum(n_correct) / sum(n_tokens) AS accuracy
 FROM sign_accuracy
-GROUP BY basis, family, delta, predictor
-ORDER BY min(basis_ord), family, delta, min(ord);
+GROUP BY basis, family, region, delta, predictor
+ORDER BY min(basis_ord), family, delta, region, min(ord);
 
 -- name: sign_accuracy_by_seed
 SELECT * EXCLUDE (ord, basis_ord) FROM sign_accuracy
-ORDER BY basis_ord, seed, family, delta, ord;
+ORDER BY basis_ord, seed, family, delta, region, ord;
 
 -- name: estimator_accuracy
 SELECT * FROM estimator_accuracy
 ORDER BY family, estimator, CASE scope WHEN 'all' THEN 0 WHEN 'out_of_region' THEN 1
-                                       ELSE 2 END, delta NULLS FIRST;
+                                       ELSE 2 END, delta NULLS FIRST, region NULLS FIRST;
 
 -- name: log_health
 SELECT * FROM log_health;
@@ -97,9 +98,9 @@ ORDER BY hash(seed, sample_id, pos), seed, sample_id, pos
 LIMIT $limit;
 
 -- name: kept_deltas
-SELECT seed, family, estimator, delta, kept_by,
+SELECT seed, pair, family, estimator, region, delta, kept_by,
        CASE kept_by WHEN 'ratio' THEN ratio_update ELSE predictive_update END AS update_mask,
        delta_d_kept
 FROM disagreements
 WHERE delta_d_kept IS NOT NULL
-ORDER BY family, estimator, seed, sample_id, pos;
+ORDER BY family, estimator, pair, seed, sample_id, pos;

@@ -16,10 +16,10 @@
 
 -- Out-of-region KL tokens with a gradient (A <> 0), under every update that kept them and
 -- whose attribution was computed. disagreement: some KL pair of the registry decided the
--- token differently (view kl_pair_disagreements).
+-- token differently (view pair_disagreements, family kl).
 CREATE OR REPLACE VIEW attribution_tokens AS
 WITH dis AS (
-    SELECT DISTINCT seed, sample_id, pos FROM kl_pair_disagreements
+    SELECT DISTINCT seed, sample_id, pos FROM pair_disagreements WHERE family = 'kl'
 )
 SELECT t.seed, t.sample_id, t.pos, u.update_mask,
        d.pos IS NOT NULL AS disagreement,

@@ -1,10 +1,14 @@
 -- Core views: settings, seeds, the out-of-region set and the ratio/predictive decision pairs.
 -- `comparisons` (registered from pdm_replay.report.comparisons) lists every registered
--- (ratio, predictive) pair of a family f at each threshold delta analysed: both share the
--- proximity test f_topk > delta, so any difference between them is one of direction.
+-- (ratio, predictive) mask pair at each threshold setting analysed, with the region of its
+-- predictive mask's proximity criterion as the registry builds it (outside
+-- low <= stat <= high, stat a tokens/v1 column) and its predictive slope column: both
+-- masks share that region, so any difference between them is one of direction.
 -- Decisions are re-derived from stored columns (the registry's rule,
--- pdm_replay.math.mask_ops.away: masked iff outside and sign(A) * slope > 0), so they exist at any delta, not only at the
--- thresholds the keep_<mask> columns were written at.
+-- pdm_replay.math.mask_ops.away: masked iff outside and sign(A) * slope > 0), so they exist
+-- at any threshold, not only at those the keep_<mask> columns were written at. No mask and
+-- no statistic is named here: the statistic and slope columns are unpivoted by the
+-- patterns of report_regions (report_regions.sql).
 
 CREATE OR REPLACE VIEW settings AS
 SELECT getvariable('report_run').kind AS kind,
@@ -23,67 +27,86 @@ SELECT DISTINCT seed FROM tokens;
 CREATE OR REPLACE MACRO moves_away(a, slope) AS
     coalesce(NOT isnan(sign(a) * slope) AND sign(a) * slope > 0, false);
 
--- One row per (family, delta, token) with D_pre > delta. d_local is the local term of the
--- KL slope (pi_k - mu_k); the TV slope has no separate local column.
-CREATE OR REPLACE VIEW out_of_region AS
-WITH t AS (
-    SELECT 'kl' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-           logp_behavior, logp_train, kl_topk AS d_pre, dkl_local AS d_local,
-           dkl_agg AS d_agg, dkl_uniform AS d_uniform, dkl_exact AS d_exact
-    FROM tokens
-    WHERE NOT isnan(kl_topk)
-      AND kl_topk > (SELECT min(delta) FROM comparisons WHERE family = 'kl')
-    UNION ALL
-    SELECT 'tv' AS family, seed, sample_id, pos, step, token_id, advantage, ratio,
-           logp_behavior, logp_train, tv_topk AS d_pre, CAST(NULL AS DOUBLE) AS d_local,
-           dtv_agg AS d_agg, dtv_uniform AS d_uniform, CAST(NULL AS DOUBLE) AS d_exact
-    FROM tokens
-    WHERE NOT isnan(tv_topk)
-      AND tv_topk > (SELECT min(delta) FROM comparisons WHERE family = 'tv')
-),
-fd AS (SELECT DISTINCT family, delta FROM comparisons)
-SELECT t.family, t.seed, t.sample_id, t.pos, t.step, t.token_id, t.advantage, t.ratio,
-       t.logp_behavior, t.logp_train, t.d_pre, fd.delta, t.d_local, t.d_agg, t.d_uniform,
-       t.d_exact, moves_away(t.advantage, t.ratio - 1) AS away_ratio
-FROM t
-JOIN fd ON fd.family = t.family AND t.d_pre > fd.delta;
+-- Each region of a comparison: the family whose divergence Delta D measures (d_pre is that
+-- family's top-K divergence, the predictive slopes d_agg / d_uniform its estimators) and
+-- the test "outside [low, high]" on the comparison's statistic.
+CREATE OR REPLACE VIEW regions AS
+SELECT DISTINCT family, region, delta, stat, low, high FROM comparisons;
 
--- Out-of-region tokens x each comparison of their family and delta: both masks' decisions
--- (in the region nothing is masked, so keep = NOT away).
+-- One row per (family, region, delta, token) outside the region (NaN is never outside, as
+-- in torch; a NULL statistic is dropped by UNPIVOT). d_local is the local term of the KL
+-- slope (pi_k - mu_k); the TV slope has no separate local column.
+CREATE OR REPLACE VIEW out_of_region AS
+WITH v AS (
+    UNPIVOT (
+        SELECT seed, sample_id, pos, step, token_id, advantage, ratio, logp_behavior,
+               logp_train, kl_topk, tv_topk, dkl_local, dkl_agg, dkl_uniform, dtv_agg,
+               dtv_uniform, dkl_exact,
+               COLUMNS(getvariable('report_regions').stat_columns) AS 'region_stat:\1'
+        FROM tokens
+    ) ON COLUMNS('^region_stat:') INTO NAME stat_column VALUE stat_value
+)
+SELECT g.family, g.region, v.seed, v.sample_id, v.pos, v.step, v.token_id, v.advantage,
+       v.ratio, v.logp_behavior, v.logp_train,
+       CASE g.family WHEN 'kl' THEN v.kl_topk ELSE v.tv_topk END AS d_pre, g.delta,
+       CASE g.family WHEN 'kl' THEN v.dkl_local END AS d_local,
+       CASE g.family WHEN 'kl' THEN v.dkl_agg ELSE v.dtv_agg END AS d_agg,
+       CASE g.family WHEN 'kl' THEN v.dkl_uniform ELSE v.dtv_uniform END AS d_uniform,
+       CASE g.family WHEN 'kl' THEN v.dkl_exact END AS d_exact,
+       v.stat_value AS region_value,
+       moves_away(v.advantage, v.ratio - 1) AS away_ratio
+FROM v
+JOIN regions AS g ON v.stat_column = 'region_stat:' || g.stat
+WHERE NOT isnan(v.stat_value) AND NOT (v.stat_value BETWEEN g.low AND g.high);
+
+-- The predictive slope columns of the comparisons, one row per token and column (NULLs
+-- kept: a NULL slope never moves away, so the predictive mask keeps the token).
+CREATE OR REPLACE VIEW slope_values AS
+SELECT *
+FROM (
+    SELECT seed, sample_id, pos,
+           COLUMNS(getvariable('report_regions').slope_columns) AS 'slope:\1'
+    FROM tokens
+) UNPIVOT INCLUDE NULLS (slope_value FOR slope_column IN (COLUMNS('^slope:')));
+
+-- Out-of-region tokens x each comparison of their region: both masks' decisions (in the
+-- region nothing is masked, so keep = NOT away).
 CREATE OR REPLACE VIEW direction_pairs AS
 SELECT o.* EXCLUDE (d_agg, d_uniform, away_ratio),
-       c.estimator, c.ratio_mask, c.predictive_mask, c.ratio_update, c.predictive_update,
-       CASE c.estimator WHEN 'agg' THEN o.d_agg ELSE o.d_uniform END AS d_predictive,
+       c.pair, c.estimator, c.ratio_mask, c.predictive_mask, c.ratio_update,
+       c.predictive_update, s.slope_value AS d_predictive,
        NOT o.away_ratio AS keep_ratio,
-       NOT moves_away(o.advantage, CASE c.estimator WHEN 'agg' THEN o.d_agg
-                                                    ELSE o.d_uniform END) AS keep_predictive
+       NOT moves_away(o.advantage, s.slope_value) AS keep_predictive
 FROM out_of_region AS o
-JOIN comparisons AS c ON c.family = o.family AND c.delta = o.delta;
+JOIN comparisons AS c ON c.family = o.family AND c.region = o.region AND c.delta = o.delta
+JOIN slope_values AS s
+  ON s.seed IS NOT DISTINCT FROM o.seed AND s.sample_id = o.sample_id AND s.pos = o.pos
+ AND s.slope_column = 'slope:' || c.slope;
 
--- Out-of-region KL tokens (kl_topk > the run's delta_kl) where the two masks of a KL pair of
--- the registry (table mask_pairs: any registered pair, masks of --mask-module included)
--- decided differently, read from their stored keep_<mask> columns (unpivoted, so no mask
--- is named here; a column the run lacks is NULL in `tokens` and dropped by UNPIVOT). One
--- row per token and pair; scope names the pair: disagreement_<predictive mask>, or
+-- Tokens where the two masks of a registered pair (table mask_pairs: any registered pair
+-- of a divergence family, masks of --mask-module included) decided differently, read from
+-- their stored keep_<mask> columns (unpivoted, so no mask is named here; a column the run
+-- lacks is NULL in `tokens` and dropped by UNPIVOT). The two masks of a pair share one
+-- proximity criterion and nothing is masked inside it, so every such token is outside the
+-- pair's own region at the run's thresholds: no region test is repeated here. One row per
+-- token and pair; scope names the pair: disagreement_<predictive mask>, or
 -- disagreement_<ratio mask>_<predictive mask> where that predictive mask has two partners.
-CREATE OR REPLACE VIEW kl_pair_disagreements AS
+CREATE OR REPLACE VIEW pair_disagreements AS
 WITH k AS MATERIALIZED (
     UNPIVOT (
         SELECT seed, sample_id, pos, COLUMNS('^keep_')
         FROM tokens
-        WHERE kl_topk > getvariable('report_run').delta_kl
     ) ON COLUMNS('^keep_') INTO NAME keep_column VALUE keep
 ),
 p AS (
-    SELECT ord, ratio_mask, predictive_mask, ratio_keep, predictive_keep,
+    SELECT ord, family, ratio_mask, predictive_mask, ratio_keep, predictive_keep,
            'disagreement_'
                || CASE WHEN count(*) OVER (PARTITION BY predictive_mask) > 1
                        THEN ratio_mask || '_' ELSE '' END
                || predictive_mask AS scope
     FROM mask_pairs
-    WHERE family = 'kl'
 )
-SELECT r.seed, r.sample_id, r.pos, p.ord AS pair_ord, p.scope, p.ratio_mask,
+SELECT r.seed, r.sample_id, r.pos, p.ord AS pair_ord, p.scope, p.family, p.ratio_mask,
        p.predictive_mask
 FROM p
 JOIN k AS r ON r.keep_column = p.ratio_keep

@@ -7,17 +7,29 @@ WITH counts AS (
     UNPIVOT (
         SELECT seed,
                count(*) AS n_tokens,
-               count(*) FILTER (WHERE kl_topk > getvariable('report_run').delta_kl)
-                   AS n_out_of_region_kl,
-               count(*) FILTER (WHERE tv_topk > getvariable('report_run').delta_tv)
-                   AS n_out_of_region_tv,
                sum(CAST(COLUMNS('^keep_') AS BIGINT))
         FROM tokens
         GROUP BY seed
     ) ON COLUMNS('^keep_') INTO NAME keep_column VALUE n_kept
+),
+-- Tokens outside each family mask's own region (table masks: stat, low, high from the
+-- registry's criterion at the run's thresholds, those the keep_<mask> columns were
+-- written at; NaN is never outside).
+outside AS (
+    SELECT v.seed, m.name, count(*) AS n_out_of_region
+    FROM (
+        UNPIVOT (
+            SELECT seed,
+                   COLUMNS(getvariable('report_regions').stat_columns) AS 'region_stat:\1'
+            FROM tokens
+        ) ON COLUMNS('^region_stat:') INTO NAME stat_column VALUE stat_value
+    ) AS v
+    JOIN masks AS m ON v.stat_column = 'region_stat:' || m.stat
+    WHERE NOT isnan(v.stat_value) AND NOT (v.stat_value BETWEEN m.low AND m.high)
+    GROUP BY ALL
 )
 -- A sweep variant <mask>@<value> (table mask_variants) takes its mask's labels; its
--- out-of-region count is left NULL (the counts above are at the primary thresholds).
+-- out-of-region count is left NULL (the regions above are at the primary thresholds).
 SELECT c.seed,
        substr(c.keep_column, 6) AS mask,
        m.family, m.direction, m.estimator,
@@ -25,13 +37,14 @@ SELECT c.seed,
        CAST(c.n_kept AS BIGINT) AS n_kept,
        CAST(c.n_tokens - c.n_kept AS BIGINT) AS n_masked,
        c.n_kept / c.n_tokens AS keep_fraction,
-       CASE WHEN v.name IS NOT NULL THEN NULL
-            WHEN m.family = 'kl' THEN c.n_out_of_region_kl
-            WHEN m.family = 'tv' THEN c.n_out_of_region_tv END AS n_out_of_region,
+       CASE WHEN v.name IS NOT NULL OR m.stat IS NULL THEN NULL
+            ELSE coalesce(o.n_out_of_region, 0) END AS n_out_of_region,
        m.ord
 FROM counts AS c
 LEFT JOIN mask_variants AS v ON c.keep_column = 'keep_' || v.name
-LEFT JOIN masks AS m ON m.name = coalesce(v.mask, substr(c.keep_column, 6));
+LEFT JOIN masks AS m ON m.name = coalesce(v.mask, substr(c.keep_column, 6))
+LEFT JOIN outside AS o
+  ON o.seed IS NOT DISTINCT FROM c.seed AND o.name = m.name;
 
 CREATE OR REPLACE VIEW mask_summary AS
 SELECT mask, family, direction, estimator,

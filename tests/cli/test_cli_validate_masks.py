@@ -27,7 +27,7 @@ def test_masks_cli_writes_tokens_and_prints_summary(tmp_path: Path, small_log: P
     res = runner.invoke(app, ["masks", str(small_log), "--out", str(out), "--masks",
                               "none,dppo_topk_kl,pdm_kl_agg", "--delta-kl", "0.01"])
     assert res.exit_code == 0, res.output
-    assert "pdm_kl_agg" in res.output and "disagreements (kl/agg)" in res.output
+    assert "pdm_kl_agg" in res.output and "disagreements (dppo_topk_kl vs pdm_kl_agg)" in res.output
     assert pl.read_parquet(out).columns[-3:] == ["keep_none", "keep_dppo_topk_kl",
                                                  "keep_pdm_kl_agg"]
 

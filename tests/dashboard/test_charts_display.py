@@ -10,7 +10,8 @@ from pdm_replay.report.render import display_frame
 
 
 def test_zero_rate_and_empty_seed_draw_differently() -> None:
-    rates = pl.DataFrame({"seed": [0, 1], "basis": ["own"] * 2, "family": ["kl"] * 2,
+    rates = pl.DataFrame({"seed": [0, 1], "basis": ["own"] * 2,
+                          "pair": ["dppo_topk_kl vs pdm_kl_agg"] * 2, "family": ["kl"] * 2,
                           "estimator": ["agg"] * 2, "delta": [0.1] * 2,
                           "unsafe_ratio": [0.0, 0.5], "unsafe_predictive": [0.25, None]})
     spec = seed_unsafe_chart(rates).to_dict()

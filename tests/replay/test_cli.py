@@ -29,7 +29,7 @@ def test_replay_cli_runs_and_prints_summary(tmp_path: Path, replay_log: Path,
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert torch.get_num_threads() == threads_before  # the run's count is not left behind
-    assert "replayed" in res.output and "KL agg" in res.output
+    assert "replayed" in res.output and "pdm_kl_agg" in res.output
     assert "recompute vs logged train_logprobs" in res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["optimizer"] == "sgd"

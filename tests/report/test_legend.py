@@ -59,7 +59,8 @@ def test_partial_run_warns_of_status_and_samples(hand_run: Path) -> None:
 
 def _rates(n_ratio: int, n_pred: int) -> pl.DataFrame:
     # two seeds whose counts sum to (n_ratio, n_pred)
-    return pl.DataFrame({"seed": [0, 1], "basis": ["own"] * 2, "family": ["kl"] * 2,
+    return pl.DataFrame({"seed": [0, 1], "basis": ["own"] * 2,
+                         "pair": ["dppo_topk_kl vs pdm_kl_agg"] * 2, "family": ["kl"] * 2,
                          "estimator": ["agg"] * 2, "delta": [0.1] * 2,
                          "n_measured_ratio": [n_ratio - n_ratio // 2, n_ratio // 2],
                          "n_measured_predictive": [n_pred - n_pred // 2, n_pred // 2]})
@@ -68,7 +69,8 @@ def _rates(n_ratio: int, n_pred: int) -> pl.DataFrame:
 def test_few_tokens_boundary() -> None:
     assert _few_tokens(_rates(MIN_TOKENS, MIN_TOKENS)) == []
     (w,) = _few_tokens(_rates(MIN_TOKENS, MIN_TOKENS - 1))
-    assert f"({MIN_TOKENS} / {MIN_TOKENS - 1})" in w.message and "kl/agg" in w.message
+    assert f"({MIN_TOKENS} / {MIN_TOKENS - 1})" in w.message
+    assert "dppo_topk_kl vs pdm_kl_agg" in w.message
 
 
 def test_few_seeds_boundary() -> None:

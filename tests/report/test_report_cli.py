@@ -47,7 +47,9 @@ def test_report_on_a_synthetic_run_with_exact_columns(tmp_path: Path) -> None:
     result = invoke("report", run, "-f", "json", "--out", out)
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert len(doc["headline"]) == 8 and all(set(r) == HEADLINE_FIELDS for r in doc["headline"])
+    assert all(set(r) == HEADLINE_FIELDS for r in doc["headline"])
+    paper = [r for r in doc["headline"] if r["ratio_mask"] in ("dppo_topk_kl", "dppo_topk_tv")]
+    assert len(paper) == 8  # 4 paper pairs x bases own, none (composed pairs may add rows)
     assert all(r["n_seeds"] == 4 for r in doc["headline"])
     assert {r["estimator"] for r in doc["estimator_accuracy"]} == {"agg", "uniform"}
     assert "predictive_exact" in {r["predictor"] for r in doc["sign_accuracy"]}
@@ -56,7 +58,8 @@ def test_report_on_a_synthetic_run_with_exact_columns(tmp_path: Path) -> None:
 def test_report_markdown_and_table(hand_run: Path) -> None:
     md = invoke("report", hand_run, "--format", "markdown")
     assert md.exit_code == 0, md.output
-    assert "## Direction analysis" in md.stdout and "| own | kl | agg | 0.1 | 2 |" in md.stdout
+    assert "## Direction analysis" in md.stdout
+    assert "| own | dppo_topk_kl vs pdm_kl_agg | kl | agg | kl_topk > 0.1 | 0.1 | 2 |" in md.stdout
     assert "| 2/0/0/0 |" in md.stdout  # wins / losses / ties / empty
     table = invoke("report", hand_run)
     assert table.exit_code == 0 and "Mask summary" in table.stdout

@@ -120,7 +120,8 @@ def test_report_time_threshold(hand_run: Path) -> None:
     kl = [r for r in doc["headline"] if r["family"] == "kl"]
     # the replay simulated its masks at δ = 0.1 only: no own-update rows at 0.2, a note
     assert {(r["basis"], r["delta"]) for r in kl} == {("none", 0.2)}
-    assert any("kl/agg at δ = 0.2: no own-update rates" in n for n in doc["notes"])
+    note = "dppo_topk_kl vs pdm_kl_agg at δ = 0.2 (kl_topk > 0.2): no own-update rates"
+    assert any(note in n for n in doc["notes"])
     agg = next(r for r in kl if r["estimator"] == "agg")
     # kl > 0.2: seed 1 {0, 1, 5}, seed 2 {0, 1}. Disagreements: s1 pos 1 (ratio masks,
     # agg keeps), s2 pos 0 and 1 (both ratio-away, agg-toward). Under `none`: predictive
@@ -161,18 +162,25 @@ def test_derived_decisions_equal_the_masks_keep_columns(tmp_path: Path) -> None:
     run_masks(MasksConfig(log=log, out=tmp_path / "t.parquet",
                           thresholds=Thresholds(delta_kl=0.03, delta_tv=0.05)))
     with connect(tmp_path / "t.parquet") as db:
+        # each pair's two masks' stored keep columns, found by name (unpivoted)
         got = db.query("""
-            SELECT d.family, d.estimator, count(*) AS n,
-                   count(*) FILTER (WHERE d.keep_ratio <> CASE d.family
-                       WHEN 'kl' THEN t.keep_dppo_topk_kl ELSE t.keep_dppo_topk_tv END
-                       OR d.keep_predictive <> CASE d.predictive_mask
-                       WHEN 'pdm_kl_agg' THEN t.keep_pdm_kl_agg
-                       WHEN 'pdm_kl_uniform' THEN t.keep_pdm_kl_uniform
-                       WHEN 'pdm_tv_agg' THEN t.keep_pdm_tv_agg
-                       ELSE t.keep_pdm_tv_uniform END) AS n_differ
-            FROM direction_pairs AS d JOIN tokens AS t USING (sample_id, pos)
+            WITH k AS (
+                UNPIVOT (SELECT sample_id, pos, COLUMNS('^keep_') FROM tokens)
+                ON COLUMNS('^keep_') INTO NAME keep_column VALUE keep
+            )
+            SELECT d.pair, count(*) AS n,
+                   count(*) FILTER (WHERE d.keep_ratio <> r.keep
+                                    OR d.keep_predictive <> p.keep) AS n_differ
+            FROM direction_pairs AS d
+            JOIN k AS r ON r.sample_id = d.sample_id AND r.pos = d.pos
+             AND r.keep_column = 'keep_' || d.ratio_mask
+            JOIN k AS p ON p.sample_id = d.sample_id AND p.pos = d.pos
+             AND p.keep_column = 'keep_' || d.predictive_mask
             GROUP BY ALL ORDER BY ALL""")
-    assert got.height == 4 and (got["n"] > 0).all() and (got["n_differ"] == 0).all()
+    n = dict(got.select("pair", "n").rows())
+    assert all(n.get(f"dppo_topk_{f} vs pdm_{f}_{e}", 0) > 0 for f in ("kl", "tv")
+               for e in ("agg", "uniform"))
+    assert (got["n_differ"] == 0).all()
 
 
 def test_by_step_groups_every_section(hand_run: Path) -> None:
@@ -190,7 +198,8 @@ def test_by_step_groups_every_section(hand_run: Path) -> None:
     assert (own[(4, "agg")]["n_seeds"], own[(4, "agg")]["unsafe_ratio_pooled"]) == (1, 1.0)
     assert {r["step"] for r in doc["mask_summary"]} == {3, 4}
     table = runner.invoke(app, ["report", str(hand_run), "--by", "step"])
-    assert table.exit_code == 0 and "step 3, kl/agg" in " ".join(table.stdout.split())
+    assert table.exit_code == 0
+    assert "step 3, dppo_topk_kl vs pdm_kl_agg (kl/agg" in " ".join(table.stdout.split())
     bad = runner.invoke(app, ["report", str(hand_run), "--by", "seed"])
     assert bad.exit_code == 2 and "is not one of 'step'" in bad.output  # --help lists it
 

@@ -75,7 +75,8 @@ def test_missing_update_rows_are_left_out_and_noted(tmp_path: Path) -> None:
             & (pl.col("family") == "kl"))
         assert own.height == 0
         notes = build_report(db).notes
-    assert any("kl/uniform at δ = 0.1: no own-update rates" in n for n in notes)
+    note = "dppo_topk_kl vs pdm_kl_uniform at δ = 0.1 (kl_topk > 0.1): no own-update rates"
+    assert any(note in n for n in notes)
 
 
 def test_masks_only_file_reports_counts_and_says_what_needs_a_replay(
@@ -92,7 +93,7 @@ def test_masks_only_file_reports_counts_and_says_what_needs_a_replay(
     assert set(report.headline["basis"]) == {"own"}
     assert report.sign_accuracy.height == 0 and report.seed_wins["wins"].sum() == 0
     assert any("no simulated update" in n and "pdm-replay replay" in n for n in report.notes)
-    assert any("tv/uniform comparison" in n for n in report.notes)
+    assert any("dppo_topk_tv vs pdm_tv_uniform comparison" in n for n in report.notes)
     assert any("kl_exact" in n for n in report.notes)
 
 
@@ -106,18 +107,40 @@ def test_masks_only_counts_match_the_masks_command(tmp_path: Path) -> None:
         keep = dict(api.mask_summary(db).select("mask", "keep_fraction").rows())
     assert keep == pytest.approx(summary.keep_fraction)
     for r in headline.to_dicts():
-        assert r["out_of_region_per_seed"] == summary.out_of_region[r["family"]]
-        assert r["disagreement_per_seed"] == \
-            summary.disagreements[f"{r['family']}/{r['estimator']}"]
+        assert r["out_of_region_per_seed"] == summary.out_of_region[r["pair"]]
+        assert r["disagreement_per_seed"] == summary.disagreements[r["pair"]]
 
 
 def test_sql_pairs_follow_the_mask_registry() -> None:
     # the report's comparisons (report/comparisons.py) come from comparison_pairs: check its
     # pairs against the registry metadata, so a renamed mask breaks this test first
     for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
-        assert (MASKS[ratio].family, MASKS[ratio].direction) == (family, "ratio")
+        assert MASKS[ratio].direction == "ratio" and MASKS[ratio].family in (None, family)
         assert (MASKS[pred].family, MASKS[pred].direction, MASKS[pred].estimator) == \
             (family, "predictive", estimator)
-        assert (ratio, pred) == (f"dppo_topk_{family}", f"pdm_{family}_{estimator}")
-    assert {(f, e) for f, e, _, _ in comparison_pairs(list(MASKS))} == {
-        ("kl", "agg"), ("kl", "uniform"), ("tv", "agg"), ("tv", "uniform")}
+        assert MASKS[ratio].proximity == MASKS[pred].proximity
+    # the paper's pairs are among them (a composed mask may add more)
+    assert {(f, e, r, p) for f, e, r, p in comparison_pairs(list(MASKS))} >= {
+        (f, e, f"dppo_topk_{f}", f"pdm_{f}_{e}") for f in ("kl", "tv") for e in ("agg", "uniform")}
+
+
+def test_a_pair_sql_cannot_rederive_is_left_out_with_a_note(tmp_path: Path,
+                                                            user_registry: None) -> None:
+    # a registered pair whose region is a derived statistic (k3, not a tokens/v1 column)
+    from pdm_replay.mask_kinds import Criterion
+    from pdm_replay.masks import MaskSpec, register
+
+    for name, direction, family in (("k3_ratio", "ratio", None), ("k3_pdm", "predictive", "kl")):
+        register(MaskSpec(name, lambda t, d=direction: Criterion(
+            "k3", high=t.rs_k3, direction=d, slope="dkl_agg" if d == "predictive" else ""),
+            family, direction, "agg" if family else None, "test", ("rs_k3",),
+            proximity="k3_test"))
+    log = write_synthetic_log(tmp_path / "log.parquet", SyntheticLogConfig(
+        n_samples=8, response_len=8, vocab_size=60, top_k=5, mismatch=1.0))
+    run_masks(MasksConfig(log=log, out=tmp_path / "t.parquet", masks=[
+        "none", "dppo_topk_kl", "pdm_kl_agg", "k3_ratio", "k3_pdm"]))
+    with connect(tmp_path / "t.parquet") as db:
+        report = build_report(db, bootstrap_samples=10)
+    assert set(report.headline["pair"]) == {"dppo_topk_kl vs pdm_kl_agg"}
+    assert any(n.startswith("k3_ratio vs k3_pdm is left out of the direction analysis: k3 is "
+                            "not a per-token tokens/v1 column") for n in report.notes)

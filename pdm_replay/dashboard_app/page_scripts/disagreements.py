@@ -26,7 +26,8 @@ ADV_LABELS = {ANY: ANY, 1: "Â > 0", -1: "Â < 0"}
 DELTA_LABELS = {ANY: ANY, 1: "ΔD > 0 (moved away: unsafe)", -1: "ΔD < 0 (corrective)",
                 0: "ΔD = 0"}
 ESTIMATOR_LABELS = {"agg": "aggregated tail", "uniform": "uniform tail"}
-TABLE_COLUMNS = ("seed", "family", "estimator", "sample_id", "pos", "token_id", "token",
+TABLE_COLUMNS = ("seed", "pair", "family", "estimator", "region", "sample_id", "pos",
+                 "token_id", "token",
                  "kept_by", "update_mask", "advantage", "ratio", "d_pre", "delta_d",
                  "d_local", "d_predictive", "d_exact", "delta_d_ratio", "delta_d_predictive",
                  "delta_d_none")
@@ -43,8 +44,10 @@ def _pick(label: str, options: dict, key: str, index: int = 0) -> Any:
 
 def _filters(run: RunRef) -> tuple[dapi.DisagreementFilter, str, bool, int]:
     seeds = data(run, dapi.seeds)
-    row1, row2 = st.columns(4), st.columns(5)
-    families, estimators = dapi.pair_options()  # the registry's pairs
+    row0, row1, row2 = st.columns(1), st.columns(4), st.columns(5)
+    families, estimators = dapi.family_options()  # the registry's pairs
+    with row0[0]:
+        pair = _pick("Pair", {ANY: ANY, **{p: p for p in dapi.pair_options()}}, "f_pair")
     with row1[0]:
         family = _pick("Family", {ANY: ANY, **{f: f.upper() for f in families}}, "f_family",
                        index=1)
@@ -70,7 +73,7 @@ def _filters(run: RunRef) -> tuple[dapi.DisagreementFilter, str, bool, int]:
         descending = st.toggle("Descending", key="f_desc")
     flt = dapi.DisagreementFilter(family=family, estimator=estimator, seed=seed,
                                   update=update, kept_by=kept_by, adv_sign=adv_sign,
-                                  delta_sign=delta_sign)
+                                  delta_sign=delta_sign, pair=pair)
     return flt, sort, descending, size
 
 
@@ -94,7 +97,7 @@ def _select_row(suffix: str) -> None:
 
 
 def _row_label(row: dict) -> str:
-    return (f"seed {row['seed']} · {row['family']}/{row['estimator']} · {row['sample_id']} "
+    return (f"seed {row['seed']} · {row['pair']} · {row['sample_id']} "
             f"· pos {row['pos']} · kept by {row['kept_by']}")
 
 
