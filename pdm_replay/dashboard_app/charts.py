@@ -150,10 +150,21 @@ def headline_order(head: pl.DataFrame) -> list[str]:
     return key + [c for c in head.columns if c not in key]
 
 
+def headline_cells(head: pl.DataFrame) -> pl.DataFrame:
+    """``head`` with every cell as the report prints it (:func:`render.format_value`: rates
+    as percent, p-values 3 digits, "–" where a rate has no tokens), under its column names:
+    Streamlit draws a null number as an empty cell, which reads like a missing value,
+    not like "no kept disagreement token" (a 0% rate prints "0.0%")."""
+    from pdm_replay.report.render import format_value
+
+    return pl.DataFrame({c: [format_value(c, v) for v in head[c].to_list()]
+                         for c in head.columns}, schema={c: pl.String for c in head.columns})
+
+
 def headline_columns() -> dict[str, Any]:
-    """Streamlit column configs of the headline's key columns: short labels (the rates are
-    unsafe-keep rates, as the subheader's help says), rates as percent, p-values in 3
-    significant digits, every column narrow so all fit 1,280 px."""
+    """Streamlit column configs of the headline's key columns (cells from
+    :func:`headline_cells`): short labels (the rates are unsafe-keep rates, as the
+    subheader's help says), every column narrow so all fit 1,280 px."""
     import streamlit as st
 
     label = {"unsafe_ratio_pooled": "ratio pooled", "unsafe_predictive_pooled": "pred. pooled",
@@ -161,15 +172,10 @@ def headline_columns() -> dict[str, Any]:
              "unsafe_predictive_seed_mean": "pred. seed-mean", "sign_test_p": "sign p",
              "wilcoxon_p": "Wilcoxon p", "empty_seeds": "empty", "basis": "update",
              "pair": "pair", "delta": "δ"}
-    fmt = {c: "percent" for c in label if c.startswith("unsafe_")} | {
-        "sign_test_p": "%.3g", "wilcoxon_p": "%.3g"}
     # pixels: 13 columns in the ~800 px a 1,280 px window leaves beside the sidebar
-    width = {"basis": 55, "pair": 112, "delta": 45, "sign_test_p": 62,
-             "wilcoxon_p": 70} | {c: 72 for c in fmt if c.startswith("unsafe_")}
-    return {c: (st.column_config.NumberColumn(label.get(c, c), format=fmt.get(c),
-                                              width=width.get(c, 48))
-                if c not in ("basis", "pair")
-                else st.column_config.TextColumn(label.get(c, c), width=width[c]))
+    width = {"basis": 55, "pair": 112, "delta": 45, "sign_test_p": 62, "wilcoxon_p": 70} | {
+        c: 72 for c in label if c.startswith("unsafe_")}
+    return {c: st.column_config.TextColumn(label.get(c, c), width=width.get(c, 48))
             for c in HEADLINE_KEY}
 
 

@@ -13,7 +13,7 @@ import polars as pl
 import streamlit as st
 
 from pdm_replay.dashboard_app import charts
-from pdm_replay.dashboard_app.charts import headline_columns, headline_order
+from pdm_replay.dashboard_app.charts import headline_cells, headline_columns, headline_order
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import LEGEND
@@ -56,12 +56,13 @@ def render() -> None:
     with st.expander("Legend: what each number means"):
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    st.dataframe(head, hide_index=True, key="headline", column_order=headline_order(head),
+    st.dataframe(headline_cells(head), hide_index=True, key="headline",
+                 column_order=headline_order(head),
                  column_config=headline_columns())
     side = threshold_comparison(head)
     if side.height:
         st.subheader("Threshold comparison: every δ side by side")
-        st.dataframe(side, hide_index=True, key="threshold_comparison")
+        st.dataframe(headline_cells(side), hide_index=True, key="threshold_comparison")
     st.subheader("Unsafe-keep rate per seed")
     rates = ov.seed_rates
     if rates.filter(pl.col("unsafe_ratio").is_not_null()
