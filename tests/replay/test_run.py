@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pdm_replay.masks import MASKS
+from pdm_replay.masks import MASKS, mask_pairs
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.commands.replay import run_replay
 from pdm_replay.schema import UPDATES_V1
@@ -73,8 +73,15 @@ def test_layout_manifest_and_tables(exact_run, replay_log, model_dir):
         assert upd.schema.equals(UPDATES_V1, check_metadata=False)
         assert upd.num_rows == tok.num_rows * len(DEFAULT_UPDATE_MASKS)
         assert upd["kl_exact_post"].null_count == 0
-    assert [(a["basis"], a["family"]) for a in exact_run.summary] == [
-        (b, f) for b in ("own", "none") for f in ("kl", "kl", "tv", "tv")]
+    # The paper's four pairs under both bases, in that order; composed pairs of the
+    # registry (e.g. icepop_ratio vs icepop_pdm_kl) may add rows, each a registered pair.
+    rows = [(a["basis"], a["pair"], a["family"]) for a in exact_run.summary]
+    assert list(dict.fromkeys(b for b, _, _ in rows)) == ["own", "none"]
+    paper = [(f"dppo_topk_{f} vs pdm_{f}_{e}", f) for f in ("kl", "tv")
+             for e in ("agg", "uniform")]
+    for basis in ("own", "none"):
+        assert [(p, f) for b, p, f in rows if b == basis and (p, f) in paper] == paper
+    assert {p for _, p, _ in rows} <= {pair.label for pair in mask_pairs()}
 
 
 def test_updates_consistent_with_tokens(exact_run):
