@@ -25,6 +25,7 @@ Differences (3 − 0, 4 − 0): ‖·‖ = 5.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Iterable
 
 import torch
@@ -45,6 +46,11 @@ def squared_distance(a: Tensor, b: Tensor, block: int = BLOCK, *,
     >>> float(squared_distance(a, torch.zeros(3), block=2, overwrite=True)), a.tolist()
     (26.0, [0.0, 0.0, 0.0])
     """
+    if is_dtensor(a):  # FSDP shards: DTensor arithmetic sums the ranks' shards (on float())
+        if overwrite:
+            raise ValueError("overwrite needs a local tensor, not a DTensor")
+        d = a.detach().to(torch.float64) - b.detach().to(a.device, torch.float64)
+        return (d * d).sum()
     if overwrite and not a.is_contiguous():
         raise ValueError("overwrite needs a contiguous tensor to write into")
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
@@ -57,6 +63,13 @@ def squared_distance(a: Tensor, b: Tensor, block: int = BLOCK, *,
         if overwrite:
             flat_a[start:start + block].copy_(src)
     return total
+
+
+def is_dtensor(t: Tensor) -> bool:
+    """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (an FSDP2 parameter shard);
+    without importing torch.distributed where nothing has."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 def distance(a: Iterable[Tensor], b: Iterable[Tensor], block: int = BLOCK) -> float:

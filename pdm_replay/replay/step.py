@@ -40,7 +40,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 from torch import Tensor, nn
 
-from pdm_replay.math.norms import distance, squared_distance
+from pdm_replay.math.norms import distance, is_dtensor, squared_distance
 from pdm_replay.replay.config import OPTIMIZERS
 
 T = TypeVar("T")
@@ -88,10 +88,10 @@ class ParamSnapshot:
     def restore_measured(self) -> float:
         """:meth:`restore`, returning the ``‖θ − θ_saved‖₂`` it undid, bit-identical to
         :meth:`delta_norm`: each block of θ and θ_saved is read from memory once for both
-        (a saved copy on another device is measured, then copied whole)."""
+        (a saved copy on another device, or an FSDP shard, is measured, then copied whole)."""
         total = 0.0
         for p, s in zip(self.params, self.saved):
-            same = p.device == s.device and p.is_contiguous()
+            same = p.device == s.device and p.is_contiguous() and not is_dtensor(p)
             total += float(squared_distance(p, s, overwrite=same))
             if not same:
                 p.copy_(s, non_blocking=False)
