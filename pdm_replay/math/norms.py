@@ -34,34 +34,19 @@ from torch import Tensor
 BLOCK = 1 << 18  # 2 MiB of float64 per operand: stays in a core's L2 cache
 
 
-def squared_distance(a: Tensor, b: Tensor, block: int = BLOCK, *,
-                     overwrite: bool = False) -> Tensor:
+def squared_distance(a: Tensor, b: Tensor, block: int = BLOCK) -> Tensor:
     """``Σ (a − b)²`` in float64 as a 0-dim tensor on ``a``'s device (no host sync, so a
     GPU sums every block before one transfer); ``a``, ``b`` any equal shapes and dtypes
-    (``b`` is moved to ``a``'s device block by block). ``overwrite``: then copy ``b`` into
-    ``a`` (bit-exact, same dtypes), each block while it is still in cache, so a caller that
-    measures and then restores reads both from memory once (``a`` contiguous).
-
-    >>> a = torch.tensor([3.0, 4.0, 1.0])
-    >>> float(squared_distance(a, torch.zeros(3), block=2, overwrite=True)), a.tolist()
-    (26.0, [0.0, 0.0, 0.0])
-    """
+    (``b`` is moved to ``a``'s device block by block)."""
     if is_dtensor(a):  # FSDP shards: DTensor arithmetic sums the ranks' shards (on float())
-        if overwrite:
-            raise ValueError("overwrite needs a local tensor, not a DTensor")
         d = a.detach().to(torch.float64) - b.detach().to(a.device, torch.float64)
         return (d * d).sum()
-    if overwrite and not a.is_contiguous():
-        raise ValueError("overwrite needs a contiguous tensor to write into")
-    flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
+    a, b = a.detach().reshape(-1), b.detach().reshape(-1)
     total = torch.zeros((), dtype=torch.float64, device=a.device)
-    for start in range(0, flat_a.numel(), block):
-        src = flat_b[start:start + block].to(a.device)
-        d = flat_a[start:start + block].to(torch.float64)
-        d.sub_(src.to(torch.float64))
+    for start in range(0, a.numel(), block):
+        d = a[start:start + block].to(torch.float64)
+        d.sub_(b[start:start + block].to(a.device, torch.float64))
         total += torch.dot(d, d)
-        if overwrite:
-            flat_a[start:start + block].copy_(src)
     return total
 
 

@@ -40,7 +40,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 from torch import Tensor, nn
 
-from pdm_replay.math.norms import distance, is_dtensor, squared_distance
+from pdm_replay.math.norms import distance
 from pdm_replay.replay.config import OPTIMIZERS
 
 T = TypeVar("T")
@@ -83,19 +83,6 @@ class ParamSnapshot:
     def restore(self) -> None:
         for p, s in zip(self.params, self.saved):
             p.copy_(s, non_blocking=False)
-
-    @torch.no_grad()
-    def restore_measured(self) -> float:
-        """:meth:`restore`, returning the ``‖θ − θ_saved‖₂`` it undid, bit-identical to
-        :meth:`delta_norm`: each block of θ and θ_saved is read from memory once for both
-        (a saved copy on another device, or an FSDP shard, is measured, then copied whole)."""
-        total = 0.0
-        for p, s in zip(self.params, self.saved):
-            same = p.device == s.device and p.is_contiguous() and not is_dtensor(p)
-            total += float(squared_distance(p, s, overwrite=same))
-            if not same:
-                p.copy_(s, non_blocking=False)
-        return math.sqrt(total)
 
     @torch.no_grad()
     def delta(self) -> list[Tensor]:
@@ -171,11 +158,6 @@ def take_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
     return best[1]
 
 
-def _drop_grads(params: Sequence[nn.Parameter]) -> None:
-    for p in params:
-        p.grad = None
-
-
 def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
                    backward: Callable[[], None], *, optimizer: str | OptimizerFactory,
                    lr: float | TargetNorm, measure: Callable[[ParamSnapshot], T],
@@ -188,7 +170,8 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
     """
     make = optimizer if callable(optimizer) else (
         lambda ps, rate: make_optimizer(optimizer, ps, rate))
-    _drop_grads(params)
+    for p in params:
+        p.grad = None
     try:
         backward()
         if grad_reduce is not None:
@@ -199,16 +182,9 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
             grad_reduce(params)
         used = take_step(params, snapshot, make, lr)
         if info is not None:
-            info.lr = used
-        out = measure(snapshot)
-    except BaseException:
-        _drop_grads(params)
+            info.lr, info.step_norm = used, snapshot.delta_norm()
+        return measure(snapshot)
+    finally:
+        for p in params:
+            p.grad = None
         snapshot.restore()
-        raise
-    _drop_grads(params)
-    # ‖Δθ‖₂ as θ is restored: one read of θ and θ_saved for both (the O(params) passes are
-    # what an update costs beyond forward + backward + forward; benchmarks/README, replay)
-    norm = snapshot.restore_measured()
-    if info is not None:
-        info.step_norm = norm
-    return out
