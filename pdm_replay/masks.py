@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from pdm_replay.errors import FieldError
+from pdm_replay.mask_kinds import Criterion
 
 if TYPE_CHECKING:  # torch only for the type checker: the registry imports without it
     from torch import Tensor
@@ -57,6 +58,11 @@ class Mask(Protocol):
     def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         """``(N,)`` float64 ``w`` of the surrogate ``−Σ w·r·Â / N`` (``keep`` for masks)."""
         ...
+
+
+# The Thresholds fields with a CLI option of their own (--eps, ..., --clip-ratio-c); every
+# other field is set with --mask-param FIELD=VALUE.
+FLAGGED_THRESHOLDS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c")
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,22 @@ def comparison_pairs(names: Iterable[str] | None = None
     alignment statistics (the predictive mask declares the family)."""
     return [(p.family, p.estimator, p.base, p.other) for p in mask_pairs(names)
             if p.family is not None]
+
+
+def token_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] | None:
+    """``(stat, low, high)`` of mask ``name``'s region as it builds at ``thresholds``
+    (outside ``[low, high]``: out of region), when that is a per-token test (a token-level
+    :class:`~pdm_replay.mask_kinds.Criterion`); None for sequence statistics and weights.
+
+    >>> token_region("dppo_binary_kl", Thresholds(delta_kl=0.1))
+    ('kl_binary', -inf, 0.1)
+    >>> token_region("gspo", Thresholds()) is None  # a sequence statistic
+    True
+    """
+    crit = MASKS[name].build(thresholds)
+    if not isinstance(crit, Criterion) or crit.reads_sequences:
+        return None
+    return crit.stat, crit.low, crit.high
 
 
 def resolve_names(names: Iterable[str] | None) -> list[str]:

@@ -17,6 +17,7 @@ from pdm_replay.cli.mask_options import (ClipRatioC, MaskModules, MaskParams,
 from pdm_replay.cli.masks import (THRESHOLD_DEFAULTS, EpsHigh, EpsLow, parse_mask_list,
                                   threshold_options)
 from pdm_replay.cli.options import cli_param, with_options
+from pdm_replay.masks import FLAGGED_THRESHOLDS
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.sweep import Sweep, parse_values
 
@@ -137,8 +138,7 @@ def replay(**options: Any) -> None:
 
 # The command's parameters that are not ReplayConfig fields: the threshold options,
 # which ReplayConfig holds as `thresholds` and `sweep`.
-THRESHOLD_PARAMS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c",
-                    "mask_param")
+THRESHOLD_PARAMS = (*FLAGGED_THRESHOLDS, "mask_param")
 
 
 def config_from_options(options: dict) -> ReplayConfig:

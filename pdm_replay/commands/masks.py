@@ -28,9 +28,8 @@ from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
-from pdm_replay.mask_kinds import Criterion
-from pdm_replay.masks import (MASKS, Mask, MaskPair, Thresholds, build_masks, mask_pairs,
-                              resolve_names)
+from pdm_replay.masks import (Mask, MaskPair, Thresholds, build_masks, mask_pairs,
+                              resolve_names, token_region)
 from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 (re-export)
                                RolloutMeta, keep_column, tokens_schema)
 from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
@@ -147,28 +146,18 @@ def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Roll
     return batch.num_rows, token_table(flat, stats, masks)
 
 
-def pair_label(pair: MaskPair) -> str:
-    """``<ratio mask> vs <predictive mask>`` (:attr:`MaskPair.label`)."""
-    return pair.label
-
-
 def pair_regions(pairs: list[MaskPair], thresholds: Thresholds
                  ) -> dict[str, tuple[str, float, float]]:
     """``(stat, low, high)`` of each pair's region, read from its predictive mask as the
     registry builds it (token-level criteria only: a sequence region has no per-token
     count)."""
-    out = {}
-    for pair in pairs:
-        crit = MASKS[pair.other].build(thresholds)
-        if isinstance(crit, Criterion) and not crit.reads_sequences:
-            out[pair.label] = (crit.stat, crit.low, crit.high)
-    return out
+    return {pair.label: region for pair in pairs
+            if (region := token_region(pair.other, thresholds)) is not None}
 
 
-def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: MasksConfig,
-                pairs: list[MaskPair]) -> None:
+def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter,
+                pairs: list[MaskPair], regions: dict[str, tuple[str, float, float]]) -> None:
     summary.tokens += table.num_rows
-    regions = pair_regions(pairs, cfg.thresholds)
     stats = {stat for stat, _, _ in regions.values()}
     cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names
             if n.startswith("keep_") or n in stats or n == "mass_overflow"}
@@ -182,7 +171,7 @@ def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter, cfg: Mas
     for pair in pairs:
         # two masks of one proximity agree inside its region: any difference is outside
         differ = cols[keep_column(pair.base)] != cols[keep_column(pair.other)]
-        key = pair_label(pair)
+        key = pair.label
         summary.disagreements[key] = summary.disagreements.get(key, 0) + int(differ.sum())
     summary.mass_overflow += int(cols["mass_overflow"].sum())
 
@@ -206,6 +195,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
         **({"tokenizer": meta.tokenizer} if meta.tokenizer else {})})
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), mask_pairs(names)
     keeps.update({n: 0 for n in names})
+    regions = pair_regions(pairs, cfg.thresholds)  # the thresholds hold for every batch
     rows = 0
     work = partial(_batch_tokens, vocab=vocab, meta=meta, masks=masks)
     with (torch_threads(cfg.threads), threaded_arrow_pool(),
@@ -214,7 +204,7 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
                                          workers=cfg.workers or default_workers()):
             if table is not None:
                 sink.put(table)
-                _accumulate(summary, table, keeps, cfg, pairs)
+                _accumulate(summary, table, keeps, pairs, regions)
             rows += n_rows
             if on_progress:
                 on_progress(rows, summary.tokens)

@@ -22,9 +22,8 @@ from typing import Any
 
 import polars as pl
 
-from pdm_replay.masks import MASKS, mask_pairs
+from pdm_replay.masks import FLAGGED_THRESHOLDS, MASKS, mask_pairs
 from pdm_replay.report import api
-from pdm_replay.report.comparisons import pair_label
 from pdm_replay.report.attribution_report import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
@@ -200,20 +199,16 @@ def basis_notes(db: ReportDB) -> list[str]:
     return [*notes, *layout.notes]
 
 
-THRESHOLD_FLAGS = ("eps", "eps_low", "eps_high", "delta_kl", "delta_tv", "clip_ratio_c")
-
-
 def threshold_option(field: str, value: float) -> str:
-    """The replay option that sets Thresholds ``field`` (masks.Thresholds: six fields have
-    a flag of their own, every other is ``--mask-param FIELD=VALUE``).
+    """The replay option that sets Thresholds ``field`` (:data:`masks.FLAGGED_THRESHOLDS`
+    have a flag of their own, every other is ``--mask-param FIELD=VALUE``).
 
     >>> threshold_option("delta_kl", 0.2), threshold_option("icepop_low", 0.5)
     ('--delta-kl 0.2', '--mask-param icepop_low=0.5')
     """
-    if field in THRESHOLD_FLAGS:
+    if field in FLAGGED_THRESHOLDS:
         return f"--{field.replace('_', '-')} {value:g}"
     return f"--mask-param {field}={value:g}"
-
 
 
 def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
@@ -226,7 +221,7 @@ def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
     for pair in mask_pairs(list(MASKS)):
         missing = [f"keep_{m}" for m in (pair.base, pair.other) if m not in info.masks]
         if pair.family is not None and missing:
-            notes.append(f"no {pair_label(pair)} comparison ({pair.family}/{pair.estimator}): "
+            notes.append(f"no {pair.label} comparison ({pair.family}/{pair.estimator}): "
                          f"the run lacks {', '.join(missing)}")
     if not info.has_exact:
         notes.append("estimator accuracy needs kl_exact/dkl_exact: a replay with a behavior "

@@ -44,6 +44,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from typing import Any, Collection, Mapping
 import pyarrow as pa
 
 from pdm_replay.mask_kinds import Criterion
-from pdm_replay.masks import MASKS, MaskPair, Thresholds, mask_pairs
+from pdm_replay.masks import MASKS, MaskPair, Thresholds, mask_pairs, token_region
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.schema import tokens_schema
 
@@ -105,11 +106,7 @@ def region_label(stat: str, low: float, high: float) -> str:
     return f"{stat} ∉ [{low!r}, {high!r}]"
 
 
-def pair_label(pair: MaskPair) -> str:
-    """The stable name of a registered pair (:attr:`MaskPair.label`)."""
-    return pair.label
-
-
+@functools.cache
 def per_token_columns() -> frozenset[str]:
     """The tokens/v1 float64 per-token columns a region or slope may read in SQL."""
     schema = tokens_schema([], replay=True, exact=True)
@@ -151,19 +148,16 @@ def own_update(info: RunInfo, mask: str, setting: Thresholds,
 
 
 def mask_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] | None:
-    """``(stat, low, high)`` of mask ``name``'s region as it builds at ``thresholds``, when
-    SQL can test it per token (a token-level Criterion on a tokens/v1 column); else None.
+    """:func:`~pdm_replay.masks.token_region` of mask ``name``, when SQL can test it (its
+    statistic a tokens/v1 column); else None.
 
     >>> mask_region("dppo_binary_kl", Thresholds(delta_kl=0.1))
     ('kl_binary', -inf, 0.1)
-    >>> mask_region("gspo", Thresholds()) is None  # a sequence statistic
+    >>> mask_region("rs_token_k3", Thresholds()) is None  # k3 is not a tokens/v1 column
     True
     """
-    crit = MASKS[name].build(thresholds)
-    if (not isinstance(crit, Criterion) or crit.reads_sequences
-            or crit.stat not in per_token_columns()):
-        return None
-    return crit.stat, crit.low, crit.high
+    region = token_region(name, thresholds)
+    return region if region is not None and region[0] in per_token_columns() else None
 
 
 def _criterion(pair: MaskPair, setting: Thresholds) -> Criterion | str:
@@ -198,16 +192,16 @@ def plan(info: RunInfo, updates: Collection[str], *,
     for p in mask_pairs(list(MASKS)):
         if p.family is None or p.base not in present or p.other not in present:
             continue
+        field = next(iter(_fields(p)), "")  # the one `delta` reports
         for setting in _settings(info, p, thresholds or {}):
             crit = _criterion(p, setting)
             if isinstance(crit, str):
-                notes.append(f"{pair_label(p)} is left out of the direction analysis: "
+                notes.append(f"{p.label} is left out of the direction analysis: "
                              f"{crit}, so its decisions cannot be re-derived from stored "
                              "columns")
                 break
-            field = _fields(p)[0] if _fields(p) else ""
             out.append(Comparison(
-                pair_label(p), p.family, p.estimator, field,
+                p.label, p.family, p.estimator, field,
                 float(getattr(setting, field)) if field else math.nan, crit.stat,
                 crit.low, crit.high, crit.slope, p.base, p.other,
                 own_update(info, p.base, setting, updates),

@@ -40,7 +40,6 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, mask_pairs
-from pdm_replay.report.comparisons import pair_label
 from pdm_replay.report.db import ReportDB, connect, load_sql
 # the Mask comparison page's query (computed in report.mask_comparison only)
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
@@ -158,7 +157,7 @@ def pair_options() -> tuple[str, ...]:
     >>> pair_options()[:2]
     ('dppo_topk_kl vs pdm_kl_agg', 'dppo_topk_kl vs pdm_kl_uniform')
     """
-    return tuple(pair_label(p) for p in mask_pairs(list(MASKS)) if p.family is not None)
+    return tuple(p.label for p in mask_pairs(list(MASKS)) if p.family is not None)
 
 
 def family_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
