@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from pdm_replay.errors import FieldError
+from pdm_replay.math.norms import is_dtensor
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.data import SeedBatch
 from pdm_replay.replay.gpu import peak_memory
@@ -42,11 +43,6 @@ from pdm_replay.replay.step import GradReduce
 T = TypeVar("T")
 BUCKET_BYTES = 64 << 20  # gradients are summed in flat buckets of this size
 TIMEOUT = timedelta(minutes=30)  # a collective waiting longer than this fails the rank
-
-
-def _is_dtensor(t: Tensor) -> bool:
-    from torch.distributed.tensor import DTensor
-    return isinstance(t, DTensor)
 
 
 @dataclass(frozen=True)
@@ -221,7 +217,7 @@ def all_reduce_grads(params: Sequence[nn.Parameter], bucket_bytes: int = BUCKET_
     reduce-scattered the sum.
     """
     import torch.distributed as dist
-    grads = [p.grad for p in params if p.grad is not None and not _is_dtensor(p.grad)]
+    grads = [p.grad for p in params if p.grad is not None and not is_dtensor(p.grad)]
     for bucket in _buckets(grads, bucket_bytes):
         wide = torch.promote_types(bucket[0].dtype, torch.float32)  # bf16 sums lose bits
         flat = torch.cat([g.reshape(-1).to(wide) for g in bucket])
