@@ -1,8 +1,8 @@
 """The Streamlit dashboard of a replay run (``pdm-replay dashboard RUN_DIR``).
 
 ``app.py`` is the Streamlit entry script (``st.navigation`` over ``page_scripts/*.py``);
-``serve.py`` is the server process, which computes the first page's data while Streamlit
-starts (``warmup.py``);
+``serve.py`` is the server process, which has a child process compute the first page's
+data while Streamlit starts (``warmup.py``, ``precompute.py``);
 ``dashboards/app.py`` in the repository is a thin entry that runs the same app. The run
 directory and tokenizer come from the environment (:data:`ENV_RUN_DIR`,
 :data:`ENV_TOKENIZER`), which the CLI sets. Pages call the report API
@@ -25,7 +25,6 @@ APP_FILE = Path(__file__).with_name("app.py")
 # the server process `pdm-replay dashboard` runs: `streamlit run APP_FILE` after it has
 # started computing the first page (serve.py, warmup.py)
 SERVE_MODULE = "pdm_replay.dashboard_app.serve"
-WARM_UP_THREAD = "pdm-replay-warm-up"
 PAGES_DIR = Path(__file__).with_name("page_scripts")
 # (file, title, icon); the first page is the default. Here, not in app.py, so that
 # `pdm-replay dashboard --help` lists the pages without importing Streamlit.

@@ -1,51 +1,57 @@
 """The dashboard's server process: ``python -m pdm_replay.dashboard_app.serve run APP ...``.
 
-``pdm-replay dashboard`` executes this instead of ``python -m streamlit``: it starts the
-first page's computation (:func:`.warmup.warm_up`) in a background thread first thing,
-then runs Streamlit's own command line (``streamlit run`` and its flags, unchanged) in the
-main thread. The computation (importing DuckDB, polars and the report, opening the run,
-the Overview's data: about 2 s on a 2-core machine) thus overlaps the server's own start
-(about 1 s) and the browser's loading of Streamlit's JavaScript, instead of following them
-in the first session. The results land in the caches the pages read (``st.cache_resource``
-and ``st.cache_data`` of :mod:`.state`), whether or not Streamlit's runtime exists yet:
-the caches are module-level and outlive the runtime's start.
-
-This module imports no Streamlit before the thread starts (the thread and the server
-import it side by side).
+``pdm-replay dashboard`` executes this instead of ``python -m streamlit``. First thing, it
+starts the child process that computes the first page's data (:func:`.warmup.start`);
+then it imports the first page's module and what its elements import on first use
+(Streamlit, polars, DuckDB, the report, pandas: about 0.9 s on a 2-core machine), and runs
+Streamlit's own command line (``streamlit run`` and its flags, unchanged). The child (its
+imports, opening the run, the Overview's queries: about 1.5 s) runs on the other core
+beside this, the server's start and the browser's loading of Streamlit's JavaScript,
+instead of after them in the first session, and the first session's script imports
+nothing. Imports happen here, in the main thread, before the server runs: an import in a
+thread beside a session's script can meet a module the other has half imported (seen
+with the earlier warm-up thread: "partially initialized module 'pandas' has no attribute
+'Timestamp'").
 """
 
 from __future__ import annotations
 
-import logging
 import sys
-import threading
+from contextlib import suppress
+from importlib import import_module
+from pathlib import Path
 from typing import Sequence
 
-from pdm_replay.dashboard_app import WARM_UP_THREAD
+from pdm_replay.dashboard_app import PAGES, warmup
 
-# Streamlit warns when a cache function runs outside a session (once per cache_data
-# function created before the runtime, once per spinner): the warm-up does so on purpose.
-QUIET = {"streamlit.runtime.scriptrunner_utils.script_run_context": "Thread '%s': missing",
-         "streamlit.runtime.caching.cache_data_api": "No runtime found"}
+# The first page's module (its script, importable: page scripts render only as __main__).
+FIRST_PAGE_MODULE = f"pdm_replay.dashboard_app.page_scripts.{Path(PAGES[0][0]).stem}"
+# What Streamlit imports on an element's first use, measured on a 2-core machine in the
+# first session's first run: pandas for st.dataframe (0.39 s), the emoji list for an
+# icon (0.04 s), the Material icon names of the pages' icons. Optional: a Streamlit
+# that has moved them loses only the head start.
+FIRST_USE_IMPORTS = ("pandas", "streamlit.emojis", "streamlit.material_icon_names",
+                     # and what opening the run's connection imports on first use (the
+                     # packaged SQL's readers, pyarrow's pandas bridge), so that the thread
+                     # opening it imports nothing (tests/dashboard/test_warmup.py)
+                     "importlib.readers", "importlib.resources.readers",
+                     "pyarrow.pandas_compat", "pyarrow.vendored.version")
 
 
-def _quiet(record: logging.LogRecord) -> bool:
-    """False for the warnings of :data:`QUIET` raised in the warm-up thread."""
-    return not (record.threadName == WARM_UP_THREAD
-                and any(str(record.msg).startswith(m) for m in QUIET.values()))
-
-
-def _warm_up() -> None:
-    from pdm_replay.dashboard_app import warmup  # Streamlit, DuckDB, polars, the report
-
-    warmup.warm_up()
+def preload() -> None:
+    """Import the first page's module and :data:`FIRST_USE_IMPORTS`."""
+    import_module(FIRST_PAGE_MODULE)
+    for module in FIRST_USE_IMPORTS:
+        with suppress(ImportError):
+            import_module(module)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Start the warm-up thread, then ``streamlit`` with ``argv`` (default: sys.argv[1:])."""
-    for name in QUIET:
-        logging.getLogger(name).addFilter(_quiet)
-    threading.Thread(target=_warm_up, name=WARM_UP_THREAD, daemon=True).start()
+    """Start the first page's computation, import its modules, start opening the run's
+    connection, then run ``streamlit`` with ``argv`` (default: sys.argv[1:])."""
+    warmup.start()
+    preload()
+    warmup.START_UP.open_connection()  # a thread, but one that imports nothing
     from streamlit.web.cli import main as streamlit_main
 
     # prog_name as `python -m streamlit` sets it, so Streamlit sees the same command line

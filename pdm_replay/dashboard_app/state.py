@@ -7,30 +7,30 @@ manifest, the done markers and the Parquet files) changes when a replay adds a s
 reload shows it. Every failure becomes a message in the page (:func:`fail`), not a
 traceback.
 
-The server fills the same caches at start-up (:mod:`.warmup` calls :func:`open_run` and
-:func:`compute`, the raising forms of :func:`current_run` and :func:`data`), before the
-first session; :data:`WARM_UP` records what it did, and a failure there is shown on the
-pages of the run it was computing (:func:`open_page`).
+A page finds its run without DuckDB (:func:`current_run` lists the files and reads the
+manifest); the connection opens with the first query the cache does not hold. The first
+page's queries come from the server's start-up computation (:mod:`.warmup`) when it has
+them, and a failure there is shown on the pages of the run it was computing
+(:func:`open_page`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 import duckdb
 import streamlit as st
 
-from pdm_replay.dashboard_app import (ENV_MASK_MODULES, ENV_MEMORY_LIMIT, ENV_RUN_DIR,
-                                      ENV_TOKENIZER)
+from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT, ENV_TOKENIZER
+from pdm_replay.dashboard_app.precompute import load_mask_modules
+from pdm_replay.dashboard_app.runs import RunRef, env_run, fingerprint, query_name, run_ref
+from pdm_replay.dashboard_app.warmup import START_UP
 from pdm_replay.dashboard_app.text import LoadedTokenizer, load_tokenizer, tokenizer_candidates
-from pdm_replay.report.dashboard_api import RunStatus, connect_dashboard
-from pdm_replay.masks import load_mask_module
+from pdm_replay.report.dashboard_api import RunStatus, connect_dashboard, finished_run
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.run_info import RunInfo
 
@@ -38,32 +38,6 @@ ERRORS = (OSError, ValueError, duckdb.Error)
 START_HINT = ("Start the dashboard with `pdm-replay dashboard RUN_DIR`, where RUN_DIR is the "
               "output directory of `pdm-replay replay` (or the tokens file of "
               "`pdm-replay masks`).")
-
-
-@dataclass(frozen=True)
-class RunRef:
-    """A run as the caches key it: its path and the fingerprint of its files."""
-
-    path: str
-    fingerprint: str
-
-
-@dataclass
-class WarmUp:
-    """What the server's start-up computation (:mod:`.warmup`) did, for the pages to show:
-    the run it computed (``fingerprint``), its seconds and its error (None: it succeeded
-    or has not run); ``done`` is set when it has finished."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    fingerprint: str | None = None
-    seconds: float | None = None
-    error: str | None = None
-
-
-WARM_UP = WarmUp()  # one per server process
-# load_mask_module lists a module before running it: a second thread must not see it half
-# registered
-_MASK_MODULES_LOCK = threading.Lock()
 
 
 class _Handle:
@@ -76,23 +50,6 @@ class _Handle:
         weakref.finalize(self, db.close)
 
 
-def fingerprint(path: Path) -> str:
-    """A digest of the names, sizes and mtimes of the run's files (no file is read).
-
-    >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp()); a = fingerprint(d)
-    >>> _ = (d / "manifest.json").write_text("{}"); a == fingerprint(d)
-    False
-    """
-    digest = hashlib.sha256()
-    entries = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    for p in entries:
-        stat = p.stat()
-        digest.update(f"{p}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
 def fail(message: str, hint: str | None = None) -> NoReturn:
     """Show ``message`` (and ``hint``) as an error in the page and stop the page."""
     st.error(message if hint is None else f"{message}\n\n{hint}", icon="🚫")
@@ -102,16 +59,16 @@ def fail(message: str, hint: str | None = None) -> NoReturn:
 
 @st.cache_resource(max_entries=4, show_spinner="Opening the run …")
 def _open(path: str, fingerprint: str, memory_limit: str) -> _Handle:
-    db, status = connect_dashboard(path, memory_limit=memory_limit)
+    opened = START_UP.connection(RunRef(path, fingerprint), memory_limit)
+    db, status = opened or connect_dashboard(path, memory_limit=memory_limit)
     return _Handle(db, status)
 
 
 def open_run(run: RunRef) -> _Handle:
-    """The cached connection of ``run`` (opened on the first call); errors are raised."""
+    """The cached connection of ``run`` (the server's start-up one, or opened on the first
+    call); errors are raised."""
+    load_mask_modules()
     memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
-    with _MASK_MODULES_LOCK:  # the warm-up thread and a session may both get here first
-        for module in filter(None, os.environ.get(ENV_MASK_MODULES, "").split(os.pathsep)):
-            load_mask_module(module)  # once per process: a second load is a no-op
     return _open(run.path, run.fingerprint, memory_limit)
 
 
@@ -122,42 +79,54 @@ def _handle(run: RunRef) -> _Handle:
         fail(f"Cannot open `{run.path}`: {err}", START_HINT)
 
 
-def run_ref(path: Path) -> RunRef:
-    """The cache key of the run at ``path``: its resolved path and current fingerprint."""
-    return RunRef(str(path.resolve()), fingerprint(path))
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _discover(path: str, fingerprint: str) -> tuple[RunInfo, RunStatus]:
+    return finished_run(path)
 
 
 def current_run() -> RunRef:
-    """The run named by ``$PDM_REPLAY_RUN_DIR``, opened; a message and stop when there is
-    none, it does not exist, or it cannot be read."""
+    """The run named by ``$PDM_REPLAY_RUN_DIR``, found (its files listed, its manifest
+    read; the DuckDB connection opens with the first query not yet cached); a message and
+    stop when there is none, it does not exist, or it holds nothing to show."""
     path = env_run()
     if path is None:
         fail("No run directory was given.", START_HINT)
     if not path.exists():
         fail(f"`{path}`: no such run directory or tokens file.", START_HINT)
     run = run_ref(path)
-    _handle(run)
+    _start_up_note(run)
+    run_info(run)
     return run
 
 
 def run_info(run: RunRef) -> tuple[RunInfo, RunStatus]:
-    """What the open connection reads (files, thresholds, manifest) and its completeness."""
-    handle = _handle(run)
-    return handle.db.info, handle.status
+    """What the run holds (files, thresholds, manifest) and its completeness."""
+    try:
+        return _discover(run.path, run.fingerprint)
+    except ERRORS as err:
+        fail(f"Cannot open `{run.path}`: {err}", START_HINT)
 
 
 @st.cache_data(max_entries=512, show_spinner="Querying …")
 def _cached(path: str, fingerprint: str, name: str, kwargs: dict[str, Any],
-            _fn: Callable[..., Any]) -> Any:
-    handle = _handle(RunRef(path, fingerprint))
+            _produce: Callable[[], Any]) -> Any:
+    return _produce()
+
+
+def _query(run: RunRef, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    found, value = START_UP.value(run, query_name(fn), kwargs)
+    if found:  # the server's start-up computed it (no connection needed)
+        return value
+    handle = _handle(run)
     with handle.lock:
-        return _fn(handle.db, **kwargs)
+        return fn(handle.db, **kwargs)
 
 
 def compute(run: RunRef, fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """``fn(db, **kwargs)`` through the cache :func:`data` reads; errors are raised."""
-    return _cached(run.path, run.fingerprint, f"{fn.__module__}.{fn.__qualname__}", kwargs,
-                   fn)
+    """``fn(db, **kwargs)`` through the cache :func:`data` reads (on a miss, the server's
+    start-up result where it has one, :mod:`.warmup`); errors are raised."""
+    return _cached(run.path, run.fingerprint, query_name(fn), kwargs,
+                   lambda: _query(run, fn, kwargs))
 
 
 def data(run: RunRef, fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -187,21 +156,12 @@ def tokenizer(run: RunRef) -> LoadedTokenizer:
     return _tokenizer(tuple(tokenizer_candidates(info, explicit)))
 
 
-def env_run() -> Path | None:
-    """The run ``$PDM_REPLAY_RUN_DIR`` names (None when unset); it may not exist."""
-    raw = os.environ.get(ENV_RUN_DIR, "").strip()
-    return Path(raw).expanduser() if raw else None
-
-
-def _warm_up_note() -> None:
+def _start_up_note(run: RunRef) -> None:
     """The start-up computation's error, while the run is as it was when it failed (after
     a change the page's own computation is the news, and it shows its own errors)."""
-    if not WARM_UP.error:
-        return
-    path = env_run()
-    now = fingerprint(path) if path is not None and path.exists() else None
-    if WARM_UP.fingerprint == now:
-        st.warning(f"The server's start-up computation of this run failed: {WARM_UP.error}. "
+    error = START_UP.error(run)
+    if error:
+        st.warning(f"The server's start-up computation of this run failed: {error}. "
                    "This page computes it again (its own error, if any, follows).", icon="⚠️")
 
 
@@ -210,7 +170,6 @@ def open_page(title: str, caption: str | None = None) -> RunRef:
     st.title(title)
     if caption:
         st.caption(caption)
-    _warm_up_note()
     run = current_run()
     info, status = run_info(run)
     if status.partial:

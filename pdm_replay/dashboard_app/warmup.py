@@ -1,56 +1,154 @@
 """The dashboard server's start-up work: the first page's data before the first session.
 
-:mod:`.serve` (the process ``pdm-replay dashboard`` runs) calls :func:`warm_up` in a
-background thread while Streamlit starts: it opens the run of ``$PDM_REPLAY_RUN_DIR`` and
-computes the Overview's data (:func:`pdm_replay.report.overview.overview`) through the very
-caches the page reads (:func:`.state.compute`: ``st.cache_resource`` for the connection,
-``st.cache_data`` keyed on the run's path and fingerprint for the result). It imports no
-other page's modules: on a busy 2-core machine that CPU would come out of the first page's
-render, and the other pages load theirs when first opened. A session that arrives before
-it has finished waits on Streamlit's per-key compute lock instead of computing the same
-thing twice; a run changed since has another fingerprint, so the page computes it afresh
-instead of reading the start-up copy.
+:func:`start` (called by :mod:`.serve` before it imports Streamlit) starts a child process
+that computes the first page (:mod:`.precompute`) and records it in :data:`START_UP`. The
+pages' cache (:func:`.state.compute`) asks :meth:`StartUp.value` before it queries: for
+the run the child computed, at the fingerprint taken before it started, the first call
+waits for the child (it started with the server, so most of its work is done by the time
+a browser has loaded Streamlit) and reads its result; a run changed since has another
+fingerprint and is queried afresh. Nothing here imports Streamlit or runs in a thread, so
+no import of the server runs beside a session's.
 
-A failure is kept in :data:`.state.WARM_UP` (the pages show it, :func:`.state.open_page`)
-and printed to the server's stderr; it is not cached, so the page computes again and shows
-its own error.
+A failure is kept (:attr:`StartUp.error`; the pages show it, :func:`.state.open_page`);
+the page then computes itself and shows its own error.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import pickle
+import shutil
+import subprocess
 import sys
-import time
-from typing import Any, Callable
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from pdm_replay.dashboard_app.state import WARM_UP, WarmUp, compute, env_run, open_run, run_ref
-from pdm_replay.report.overview import overview
+from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT
+from pdm_replay.dashboard_app.precompute import Precomputed, load_mask_modules
+from pdm_replay.dashboard_app.runs import RunRef, env_run, run_ref
+from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
-# What the first page (Overview) reads through state.data: (function, keyword arguments)
-FIRST_PAGE: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = ((overview, {}),)
+PRECOMPUTE_MODULE = "pdm_replay.dashboard_app.precompute"
 
 
-def warm_up(record: WarmUp = WARM_UP) -> WarmUp:
-    """Open the run of ``$PDM_REPLAY_RUN_DIR`` and compute :data:`FIRST_PAGE` into the
-    caches; fill ``record`` (error: the failure's type and message) and set its ``done``."""
-    t0 = time.perf_counter()
-    try:
-        path = env_run()
-        run = run_ref(path) if path is not None and path.exists() else None  # None: the
-        record.fingerprint = run.fingerprint if run else None  # page says there is no run
-        if run is not None:
-            open_run(run)
-            for fn, kwargs in FIRST_PAGE:
-                compute(run, fn, **kwargs)
-    except Exception as err:  # any failure: kept for the pages, never lost in a thread
-        record.error = f"{type(err).__name__}: {err}"
-    finally:
-        record.seconds = time.perf_counter() - t0
-        record.done.set()
-        _report(record)
+@dataclass
+class StartUp:
+    """The server's start-up computation: of ``run``, by ``child`` writing ``target``, or
+    already ``result`` (collected; tests give one directly)."""
+
+    run: RunRef | None = None
+    child: subprocess.Popen[bytes] | None = None
+    target: Path | None = None
+    result: Precomputed | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    opening: threading.Thread | None = None
+    opened: tuple[str, Any] | None = None  # (memory limit, (ReportDB, RunStatus))
+
+    def collect(self) -> Precomputed | None:
+        """The child's result, waiting for it the first time (None: nothing was started)."""
+        with self.lock:  # two sessions may ask at once; the child is read once
+            if self.result is None and self.child is not None:
+                self.result = _read(self.child, self.target)
+                self._drop_child()
+            return self.result
+
+    def value(self, run: RunRef, name: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """(True, the value) of query ``name`` with ``kwargs`` on ``run`` if the start-up
+        computed it, else (False, None)."""
+        if run != self.run:
+            return False, None
+        out = self.collect()
+        return out.value(name, kwargs) if out is not None else (False, None)
+
+    def error(self, run: RunRef) -> str | None:
+        """Why the start-up computation of ``run`` failed (None: it did not, or it was of
+        another run, or of this run before it changed)."""
+        out = self.collect() if run == self.run else None
+        return out.error if out is not None else None
+
+    def open_connection(self) -> None:
+        """Open the run's DuckDB connection in a background thread, for the pages after
+        the first (the first reads the child's result): 0.4 s of a second page's first
+        visit. Call it once every module is imported (:func:`.serve.preload`)."""
+        if self.run is None:
+            return
+        memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
+        self.opening = threading.Thread(target=self._open, args=(self.run, memory_limit),
+                                        name="pdm-replay-open-run", daemon=True)
+        self.opening.start()
+
+    def _open(self, run: RunRef, memory_limit: str) -> None:
+        from pdm_replay.report.dashboard_api import connect_dashboard
+
+        try:
+            load_mask_modules()
+            self.opened = (memory_limit, connect_dashboard(run.path, memory_limit=memory_limit))
+        except Exception:  # nothing kept: the page that needs it opens it and says why
+            self.opened = None
+
+    def connection(self, run: RunRef, memory_limit: str) -> Any:
+        """The ``(ReportDB, RunStatus)`` opened at start-up for ``run`` with
+        ``memory_limit`` (waiting for it), handed over once; None where there is none."""
+        if run != self.run or self.opening is None:
+            return None
+        self.opening.join()
+        with self.lock:
+            opened, self.opened = self.opened, None
+        if opened is not None and opened[0] == memory_limit:
+            return opened[1]
+        if opened is not None:
+            opened[1][0].close()
+        return None
+
+    def close(self) -> None:
+        """Stop the child, remove its output and close an unclaimed connection (at exit)."""
+        self._drop_child()
+        if self.opened is not None:
+            self.opened[1][0].close()
+            self.opened = None
+
+    def _drop_child(self) -> None:
+        """Stop the child if it still runs and remove its output (once read, or at exit)."""
+        if self.child is not None and self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        self.child = None
+        if self.target is not None:
+            shutil.rmtree(self.target.parent, ignore_errors=True)
+            self.target = None
+
+
+START_UP = StartUp()  # the server process's; :func:`start` fills it
+
+
+def start(record: StartUp = START_UP) -> StartUp:
+    """Start the child computing the first page of ``$PDM_REPLAY_RUN_DIR`` into ``record``
+    (nothing when there is no such run: the page says so)."""
+    path = env_run()
+    if path is None or not path.exists():
+        return record
+    record.run = run_ref(path)
+    record.target = Path(tempfile.mkdtemp(prefix="pdm_replay_start_")) / "first_page.pkl"
+    record.child = subprocess.Popen([sys.executable, "-m", PRECOMPUTE_MODULE,
+                                     str(record.target)], env=os.environ,
+                                    stdin=subprocess.DEVNULL)
+    atexit.register(record.close)
     return record
 
 
-def _report(record: WarmUp) -> None:
-    outcome = f"failed: {record.error}" if record.error else "ready"
-    print(f"pdm-replay dashboard: start-up computation of the first page {outcome} "
-          f"({record.seconds:.2f} s)", file=sys.stderr, flush=True)
+def _read(child: subprocess.Popen[bytes], target: Path | None) -> Precomputed:
+    """What ``child`` wrote to ``target`` once it exits, or why there is nothing."""
+    code = child.wait()
+    try:
+        with open(target, "rb") as f:  # type: ignore[arg-type]
+            out = pickle.load(f)
+    except (OSError, TypeError, EOFError, pickle.UnpicklingError) as err:
+        return Precomputed(error=f"the start-up process (exit code {code}) left no result: "
+                                 f"{err}")
+    if not isinstance(out, Precomputed):
+        return Precomputed(error=f"the start-up process wrote a {type(out).__name__}")
+    return out

@@ -52,6 +52,8 @@ PAGES = {  # sidebar link -> texts the page must show
     "Mask comparison": ["Keep fraction vs realized ΔD", "Every mask", "out of region kept"],
     "Disagreements": ["disagreement tokens", "Token detail:", "µ vs π_pre vs π_post"],
 }
+# toggles switched on before a page's checks: what a page draws only when asked is checked too
+TOGGLES = {"Overview": ["Plot the rates per seed"]}
 WIDTH = 1280  # the window width: every page must read at it
 NONE_CELL = re.compile(r"(^|\t|\n)None($|\t|\n)")  # a Python None printed as a cell
 
@@ -162,6 +164,10 @@ def test_every_page_in_chromium(server: str, run_dir: Path, tmp_path: Path) -> N
                 page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
                 page.get_by_role("heading", name=name, exact=True).wait_for(timeout=90_000)
                 settle(page)
+                for label in TOGGLES.get(name, []):
+                    page.get_by_text(label, exact=True).click()
+                    settle(page)
+                    assert page.get_by_test_id("stVegaLiteChart").count() >= 1, (name, label)
                 text = main_text(page)
                 assert not page.get_by_test_id("stException").count(), text
                 assert "Traceback" not in text and not NONE_CELL.search(text), (name, text)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pdm_replay.dashboard_app.charts import (HEADLINE_KEY, headline_cells, headline_order,
-                                            seed_unsafe_chart)
+from pdm_replay.dashboard_app.charts import seed_unsafe_chart
+from pdm_replay.dashboard_app.tables import HEADLINE_KEY, headline_order, report_cells
 from pdm_replay.report.render import display_frame
 
 
@@ -42,13 +42,13 @@ def test_log_health_small_values_are_scientific() -> None:
                      "mass_overflow_fraction": "–"}
 
 
-def test_headline_cells_tell_no_tokens_from_zero() -> None:
+def test_report_cells_tell_no_tokens_from_zero() -> None:
     """A rate with no kept disagreement token is "–", a real 0% is "0.0%" (the browser
     test fails on an empty cell, which is what Streamlit draws for a null number)."""
     head = pl.DataFrame({"pair": ["a vs b"] * 2, "delta": [0.15, 0.15],
                          "unsafe_ratio_pooled": [0.0, None], "sign_test_p": [0.03125, None],
                          "wins": [3, 0]})
-    cells = headline_cells(head)
+    cells = report_cells(head)
     assert cells.rows() == [("a vs b", "0.15", "0.0%", "0.0312", "3"),
                             ("a vs b", "0.15", "–", "–", "0")]
     assert all(dtype == pl.String for dtype in cells.dtypes)

@@ -36,8 +36,14 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
     headline = at.dataframe[0].value
     assert {"basis", "family", "estimator", "delta", "unsafe_ratio_pooled",
             "unsafe_predictive_seed_mean", "empty_seeds"} <= set(headline)
+    # the per-seed rates: a table at once, their chart only when asked (no Altair before)
+    rates = next(d.value for d in at.dataframe if "seed" in d.value.columns)
+    assert len(rates) and not rates.isna().any().any()
+    assert not at.get("vega_lite_chart")
+    at.toggle(key="seed_chart").set_value(True).run()
+    assert_clean(at)
     assert len(at.get("vega_lite_chart")) == 1
-    masks = at.dataframe[1].value
+    masks = at.dataframe[-1].value
     assert "none" in set(masks["mask"]) and masks["keep_fraction"].str.endswith("%").all()
     assert not masks.isna().any().any()  # no None cells: "–" where a mask has no family
     # the report's coverage line, warnings and legend (report.legend), not a second text

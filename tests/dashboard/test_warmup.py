@@ -1,11 +1,11 @@
-"""The server's start-up computation of the first page (issue 19 item 4): it fills the
-caches the Overview reads, a run changed since is computed afresh, a failure shows on the
-page, and the server process starts it before Streamlit."""
+"""The server's start-up computation of the first page (issue 19 item 4): a child process
+computes the Overview's data, the page reads it instead of querying, a run changed since
+is computed afresh, a failure shows on the page, and the server process starts the child
+and does its imports before Streamlit, with no thread beside the sessions'."""
 
 from __future__ import annotations
 
 import functools
-import logging
 import shutil
 import socket
 import subprocess
@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from pdm_replay.dashboard_app import APP_FILE, ENV_RUN_DIR, WARM_UP_THREAD, serve
+from pdm_replay.dashboard_app import APP_FILE, ENV_MEMORY_LIMIT, ENV_RUN_DIR, serve
+from pdm_replay.dashboard_app.precompute import Precomputed, first_page, write
+from pdm_replay.dashboard_app.runs import RunRef, query_name, run_ref
 from pdm_replay.report import overview as overview_module
 from pdm_replay.report.dashboard_api import connect_dashboard
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
@@ -29,8 +31,8 @@ warmup = pytest.importorskip("pdm_replay.dashboard_app.warmup")
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every computation of the Overview's data (the page's and the warm-up's), by run;
-    empty caches to start with."""
+    """Every computation of the Overview's data (the page's and the start-up's, in this
+    process), by run; empty caches and no start-up result to start with."""
     calls: list[str] = []
     original = overview_module.overview
 
@@ -40,12 +42,20 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return original(db)
 
     monkeypatch.setattr(overview_module, "overview", overview)
-    monkeypatch.setattr(warmup, "FIRST_PAGE", ((overview, {}),))
+    monkeypatch.setattr(state, "START_UP", warmup.StartUp())
     st.cache_data.clear()
     st.cache_resource.clear()
     yield calls
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def start_up(monkeypatch: pytest.MonkeyPatch, run: Path, result: Precomputed
+             ) -> "warmup.StartUp":
+    """``result`` as the server's start-up computation of ``run`` (as it was now)."""
+    record = warmup.StartUp(run=run_ref(run), result=result)
+    monkeypatch.setattr(state, "START_UP", record)
+    return record
 
 
 def start_up_warnings(at) -> list[str]:
@@ -62,20 +72,19 @@ def n_tokens(run: Path) -> int:
         return int(db.query("SELECT count(*) AS n FROM tokens")["n"][0])
 
 
-def test_the_overview_reads_what_the_warm_up_computed(app_for, counted, run_dir: Path,
-                                                      tmp_path: Path, monkeypatch) -> None:
+def test_the_overview_reads_what_the_start_up_computed(app_for, counted, run_dir: Path,
+                                                       tmp_path: Path, monkeypatch) -> None:
     run = Path(shutil.copytree(run_dir, tmp_path / "run"))
     held = tmp_path / "later"
     for part in ("tokens", "updates"):  # seed 2 arrives after the server started
         shutil.move(str(run / part / "seed=2"), str(held / part / "seed=2"))
-    monkeypatch.setenv(ENV_RUN_DIR, str(run))
-    record = warmup.warm_up(state.WarmUp())
-    assert record.error is None and record.done.is_set() and len(counted) == 1
-    assert record.fingerprint == state.fingerprint(run)
+    result = first_page(run)
+    assert result.error is None and len(counted) == 1
+    start_up(monkeypatch, run, result)
 
     at = app_for(run, "Overview")
     assert not at.exception and not at.error and not start_up_warnings(at)
-    assert len(counted) == 1  # the page found the warm-up's result
+    assert len(counted) == 1  # the page read the start-up's result
     assert metric(at, "Seeds") == "2" and metric(at, "Tokens") == f"{n_tokens(run):,}"
 
     for part in ("tokens", "updates"):
@@ -86,16 +95,14 @@ def test_the_overview_reads_what_the_warm_up_computed(app_for, counted, run_dir:
     assert metric(at, "Seeds") == "3" and metric(at, "Tokens") == f"{n_tokens(run):,}"
 
 
-def test_a_failed_warm_up_shows_on_the_page(app_for, counted, run_dir: Path,
-                                            tmp_path: Path, monkeypatch) -> None:
+def test_a_failed_start_up_shows_on_the_page(app_for, counted, run_dir: Path,
+                                             tmp_path: Path, monkeypatch) -> None:
     run = Path(shutil.copytree(run_dir, tmp_path / "run"))
     part = sorted((run / "tokens").rglob("*.parquet"))[0]
     part.write_bytes(part.read_bytes()[:100])
-    monkeypatch.setenv(ENV_RUN_DIR, str(run))
-    record = state.WarmUp()
-    monkeypatch.setattr(state, "WARM_UP", record)  # the server's record, for this test
-    warmup.warm_up(record)
-    assert record.done.is_set() and record.error and part.name in record.error
+    result = first_page(run)
+    assert result.error and part.name in result.error and not result.results
+    start_up(monkeypatch, run, result)
 
     at = app_for(run, "Overview")
     assert not at.exception
@@ -104,47 +111,124 @@ def test_a_failed_warm_up_shows_on_the_page(app_for, counted, run_dir: Path,
     assert any(f"Cannot open `{run.resolve()}`" in e.value for e in at.error)
 
 
-def test_a_failed_warm_up_is_not_shown_once_the_run_changed(app_for, counted, run_dir: Path,
-                                                            tmp_path: Path,
-                                                            monkeypatch) -> None:
-    record = state.WarmUp(fingerprint="0" * 16, error="ValueError: damaged then")
-    monkeypatch.setattr(state, "WARM_UP", record)
+def test_a_failed_start_up_is_not_shown_once_the_run_changed(app_for, counted,
+                                                             run_dir: Path,
+                                                             monkeypatch) -> None:
+    record = warmup.StartUp(run=RunRef(str(run_dir.resolve()), "0" * 16),
+                            result=Precomputed(error="ValueError: damaged then"))
+    monkeypatch.setattr(state, "START_UP", record)
     at = app_for(run_dir, "Overview")
     assert not at.exception and not at.error and not start_up_warnings(at)
+    assert len(counted) == 1  # computed by the page
 
 
-def test_the_server_process_starts_the_warm_up_before_streamlit(monkeypatch) -> None:
-    started = threading.Event()
-    seen: dict[str, Any] = {}
+def test_the_child_process_gives_what_the_page_would_compute(run_dir: Path,
+                                                             monkeypatch) -> None:
+    monkeypatch.setenv(ENV_RUN_DIR, str(run_dir))
+    record = warmup.start(warmup.StartUp())
+    assert record.run == run_ref(run_dir) and record.child is not None
+    target = record.target
+    out = record.collect()
+    assert out is not None and out.error is None, out
+    found, value = out.value(query_name(overview_module.overview), {})
+    db, _ = connect_dashboard(run_dir)
+    with db:
+        expected = overview_module.overview(db)
+    assert found and value.headline.equals(expected.headline)
+    assert value.health == expected.health and value.coverage == expected.coverage
+    assert record.child is None and not target.parent.exists()  # read once, then removed
+    assert record.collect() is out
 
-    def fake_warm_up() -> None:
-        seen["thread"] = threading.current_thread().name
-        started.set()
+
+def test_a_child_that_leaves_no_result_is_a_start_up_failure(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    record = warmup.StartUp(run=RunRef("r", "f"), child=child,
+                            target=tmp_path / "out" / "first_page.pkl")
+    out = record.collect()
+    assert out is not None and "exit code 3" in out.error and "left no result" in out.error
+    assert record.error(RunRef("r", "f")) == out.error
+    assert record.error(RunRef("r", "other")) is None
+
+
+def test_the_result_file_is_whole_or_absent(tmp_path: Path) -> None:
+    target = tmp_path / "first_page.pkl"
+    write(Precomputed(error="x"), target)
+    assert [p.name for p in tmp_path.iterdir()] == ["first_page.pkl"]  # no .part left
+
+
+def test_the_server_starts_the_child_and_imports_before_streamlit(monkeypatch) -> None:
+    events: list[str] = []
+    real_import = serve.import_module
 
     def fake_streamlit(args: list[str], prog_name: str) -> None:
-        seen["args"], seen["prog_name"] = args, prog_name
+        events.append(f"streamlit {' '.join(args)} ({prog_name}), "
+                      f"{threading.active_count() - threads} new threads")
 
     import streamlit.web.cli
 
-    monkeypatch.setattr(serve, "_warm_up", fake_warm_up)
+    threads = threading.active_count()
+    monkeypatch.setattr(warmup, "start", lambda: events.append("child"))
+    monkeypatch.setattr(warmup.START_UP, "open_connection", lambda: events.append("open"))
+    monkeypatch.setattr(serve, "import_module",
+                        lambda name: (events.append(name), real_import(name))[1])
     monkeypatch.setattr(streamlit.web.cli, "main", fake_streamlit)
     serve.main(["run", str(APP_FILE), "--server.port", "8599"])
-    assert started.wait(10) and seen["thread"] == WARM_UP_THREAD
-    assert seen["args"] == ["run", str(APP_FILE), "--server.port", "8599"]
-    assert seen["prog_name"] == "streamlit"
+    assert events == ["child", serve.FIRST_PAGE_MODULE, *serve.FIRST_USE_IMPORTS, "open",
+                      f"streamlit run {APP_FILE} --server.port 8599 (streamlit), "
+                      "0 new threads"]
+    assert serve.FIRST_PAGE_MODULE.endswith(".overview")
 
 
-@pytest.mark.parametrize("thread, message, kept", [
-    (WARM_UP_THREAD, "No runtime found, using MemoryCacheStorageManager", False),
-    (WARM_UP_THREAD, "Thread '%s': missing ScriptRunContext! ...", False),
-    ("MainThread", "Thread '%s': missing ScriptRunContext! ...", True),
-    (WARM_UP_THREAD, "Cache params for function %s are incompatible", True)])
-def test_only_the_warm_ups_expected_warnings_are_quiet(thread: str, message: str,
-                                                        kept: bool) -> None:
-    record = logging.LogRecord("streamlit", logging.WARNING, __file__, 1, message,
-                               (thread,), None)
-    record.threadName = thread
-    assert serve._quiet(record) is kept
+OPENS_WITHOUT_IMPORTS = """
+import sys
+from pdm_replay.dashboard_app import serve, warmup
+record = warmup.StartUp(run=warmup.run_ref(warmup.env_run()))
+serve.preload()
+before = set(sys.modules)
+record.open_connection()
+record.opening.join()
+assert record.opened is not None
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_the_connection_thread_imports_nothing(run_dir: Path, monkeypatch) -> None:
+    """The one thread the server starts opens the run's connection after the server's
+    imports (:func:`serve.preload`), so it never imports beside a session's script."""
+    monkeypatch.setenv(ENV_RUN_DIR, str(run_dir))
+    out = subprocess.run([sys.executable, "-c", OPENS_WITHOUT_IMPORTS], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_start_up_connection_is_handed_over_once(run_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_RUN_DIR, str(run_dir))
+    monkeypatch.setenv(ENV_MEMORY_LIMIT, "768MB")
+    run = run_ref(run_dir)
+    record = warmup.StartUp(run=run)
+    record.open_connection()
+    assert record.connection(run, "512MB") is None  # opened with another limit: closed
+    record.open_connection()
+    db, status = record.connection(run, "768MB")
+    with db:
+        assert int(db.query("SELECT count(*) AS n FROM tokens")["n"][0]) == n_tokens(run_dir)
+    assert record.connection(run, "768MB") is None  # handed over once
+    assert warmup.StartUp().connection(run, "768MB") is None  # nothing opened
+
+
+def test_a_page_takes_the_start_up_connection(app_for, counted, run_dir: Path,
+                                              monkeypatch) -> None:
+    monkeypatch.setenv(ENV_RUN_DIR, str(run_dir))
+    record = start_up(monkeypatch, run_dir, first_page(run_dir))
+    record.open_connection()
+    at = app_for(run_dir, "Overview")
+    assert not at.exception and not at.error and len(counted) == 1
+    record.opening.join()
+    assert record.opened is not None  # the Overview needed no connection
+    at = app_for(run_dir, "Disagreements")
+    assert not at.exception and not at.error
+    assert record.opened is None  # the page's connection is the start-up's
 
 
 def test_the_real_server_computes_the_first_page_at_start(run_dir: Path,
@@ -167,4 +251,4 @@ def test_the_real_server_computes_the_first_page_at_start(run_dir: Path,
         process.wait(timeout=30)
     text = log.read_text()
     assert "start-up computation of the first page ready" in text, text
-    assert "missing ScriptRunContext" not in text and "No runtime found" not in text, text
+    assert "Traceback" not in text and "partially initialized" not in text, text

@@ -1,9 +1,10 @@
 """Overview page: the run's manifest, the headline alignment table, per-seed unsafe-keep
-rates of ratio vs predictive masks, and the mask summary.
+rates of ratio vs predictive masks (a table; their chart on demand), and the mask summary.
 
 Its data is one cached call (:func:`pdm_replay.report.overview.overview`), which the server
 computes at start-up (:mod:`pdm_replay.dashboard_app.warmup`) so the first session finds it
-ready."""
+ready; the server imports this module before it starts. It draws no chart until asked:
+Altair's import and Vega's JavaScript would be most of a cold first render."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from typing import Any, Mapping
 import polars as pl
 import streamlit as st
 
-from pdm_replay.dashboard_app import charts
-from pdm_replay.dashboard_app.charts import headline_cells, headline_columns, headline_order
+from pdm_replay.dashboard_app.tables import headline_columns, headline_order, report_cells
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import LEGEND
@@ -56,20 +56,26 @@ def render() -> None:
     with st.expander("Legend: what each number means"):
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    st.dataframe(headline_cells(head), hide_index=True, key="headline",
+    st.dataframe(report_cells(head), hide_index=True, key="headline",
                  column_order=headline_order(head),
                  column_config=headline_columns())
     side = threshold_comparison(head)
     if side.height:
         st.subheader("Threshold comparison: every δ side by side")
-        st.dataframe(headline_cells(side), hide_index=True, key="threshold_comparison")
+        st.dataframe(report_cells(side), hide_index=True, key="threshold_comparison")
     st.subheader("Unsafe-keep rate per seed")
     rates = ov.seed_rates
     if rates.filter(pl.col("unsafe_ratio").is_not_null()
                     | pl.col("unsafe_predictive").is_not_null()).is_empty():
         st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
     else:
-        st.altair_chart(charts.seed_unsafe_chart(rates))
+        st.dataframe(display_frame("seed_rates", rates), hide_index=True, key="seed_rates")
+        if st.toggle("Plot the rates per seed", key="seed_chart",
+                     help="Bars per seed, ratio vs predictive; ∅ marks a seed where the mask "
+                          "kept no disagreement token, a tick at 0 a rate of 0%."):
+            from pdm_replay.dashboard_app import charts  # Altair: loaded only when asked
+
+            st.altair_chart(charts.seed_unsafe_chart(rates))
     st.subheader("Mask summary")
     st.dataframe(display_frame("mask_summary", ov.mask_summary), hide_index=True,
                  key="mask_summary")
