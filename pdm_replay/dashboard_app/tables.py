@@ -24,11 +24,29 @@ HEADLINE_KEY = ("basis", "pair", "delta", "unsafe_ratio_pooled",
                 "sign_test_p", "wilcoxon_p")
 
 
+# the per-seed rates' columns shown first, and their labels
+SEED_RATES_KEY = ("seed", "basis", "pair", "delta", "n_disagree", "unsafe_ratio",
+                  "unsafe_predictive", "outcome")
+SEED_RATES_LABELS = {"basis": "update", "delta": "δ", "n_disagree": "disagreements",
+                     "unsafe_ratio": "ratio unsafe", "unsafe_predictive": "pred. unsafe"}
+
+
+def key_order(frame: pl.DataFrame, key: tuple[str, ...]) -> list[str]:
+    """``frame``'s columns, those of ``key`` first, in its order."""
+    first = [c for c in key if c in frame.columns]
+    return first + [c for c in frame.columns if c not in first]
+
+
 def headline_order(head: pl.DataFrame) -> list[str]:
     """The headline's columns, :data:`HEADLINE_KEY` first (corrective keeps, always
     100% − unsafe, and the bookkeeping columns after them)."""
-    key = [c for c in HEADLINE_KEY if c in head.columns]
-    return key + [c for c in head.columns if c not in key]
+    return key_order(head, HEADLINE_KEY)
+
+
+def seed_rates_columns() -> dict[str, Any]:
+    """Streamlit column configs of the per-seed rates' key columns: readable labels."""
+    return {c: st.column_config.TextColumn(SEED_RATES_LABELS.get(c, c))
+            for c in SEED_RATES_KEY}
 
 
 def report_cells(frame: pl.DataFrame) -> pl.DataFrame:

@@ -13,7 +13,8 @@ from typing import Any, Mapping
 import polars as pl
 import streamlit as st
 
-from pdm_replay.dashboard_app.tables import headline_columns, headline_order, report_cells
+from pdm_replay.dashboard_app.tables import (SEED_RATES_KEY, headline_columns, headline_order,
+                                            key_order, report_cells, seed_rates_columns)
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import LEGEND
@@ -69,7 +70,9 @@ def render() -> None:
                     | pl.col("unsafe_predictive").is_not_null()).is_empty():
         st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
     else:
-        st.dataframe(display_frame("seed_rates", rates), hide_index=True, key="seed_rates")
+        st.dataframe(report_cells(rates), hide_index=True, key="seed_rates",
+                     column_order=key_order(rates, SEED_RATES_KEY),
+                     column_config=seed_rates_columns())
         if st.toggle("Plot the rates per seed", key="seed_chart",
                      help="Bars per seed, ratio vs predictive; ∅ marks a seed where the mask "
                           "kept no disagreement token, a tick at 0 a rate of 0%."):
