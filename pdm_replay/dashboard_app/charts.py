@@ -139,21 +139,21 @@ def support_chart(masses: pl.DataFrame) -> alt.Chart:
 def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
     """Keep fraction (x: the cost in kept gradient) vs the median realized ΔD on
     out-of-region tokens under each mask's own update (y; rule p10–p90), one colour per
-    divergence family; ``frame`` is :func:`pdm_replay.report.mask_comparison.mask_comparison`
-    rows with a measured ΔD. Lower and to the right: the divergence kept down at little cost."""
+    mask and one shape per divergence family (a legend, not labels: masks of one family
+    keep nearly the same fraction, and their labels overprinted each other); ``frame`` is
+    :func:`pdm_replay.report.mask_comparison.mask_comparison` rows with a measured ΔD.
+    Lower and to the right: the divergence kept down at little cost."""
     base = alt.Chart(frame).encode(
         x=alt.X("keep_fraction:Q", title="keep fraction (share of tokens whose gradient "
                 "is used)", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
-        color=alt.Color("family:N", title="divergence"))
+        color=alt.Color("mask:N", title="mask"))
     tips = ["mask", "family", alt.Tooltip("keep_fraction:Q", format=".1%"),
             alt.Tooltip("median_delta_d:Q", format=".3g"),
             alt.Tooltip("p10_delta_d:Q", format=".3g"),
             alt.Tooltip("p90_delta_d:Q", format=".3g"), "n_measured"]
     spread = base.mark_rule(opacity=0.5).encode(y="p10_delta_d:Q", y2="p90_delta_d:Q")
-    points = base.mark_point(filled=True, size=60).encode(
+    points = base.mark_point(filled=True, size=70).encode(
         y=alt.Y("median_delta_d:Q", title="ΔD, own update (median, p10–p90)"),
-        tooltip=tips)
-    labels = base.mark_text(align="left", dx=6, fontSize=10).encode(
-        y="median_delta_d:Q", text="mask:N", tooltip=tips)
+        shape=alt.Shape("family:N", title="divergence"), tooltip=tips)
     zero = alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="black").encode(y="y:Q")
-    return alt.layer(spread, points, labels, zero).properties(height=360, width="container")
+    return alt.layer(spread, points, zero).properties(height=360, width="container")

@@ -6,11 +6,15 @@ pages' cache (:func:`.state.compute`) asks :meth:`StartUp.value` before it queri
 the run the child computed, at the fingerprint taken before it started, the first call
 waits for the child (it started with the server, so most of its work is done by the time
 a browser has loaded Streamlit) and reads its result; a run changed since has another
-fingerprint and is queried afresh. Nothing here imports Streamlit or runs in a thread, so
-no import of the server runs beside a session's.
+fingerprint and is queried afresh. Once the server has done its imports,
+:meth:`StartUp.open_connection` opens the run's DuckDB connection in one thread for the
+other pages, which take it over (:meth:`StartUp.connection`, from the pages'
+``st.cache_resource``); that thread imports nothing (tests/dashboard/test_warmup.py), so
+no import of the server runs beside a session's. Nothing here imports Streamlit.
 
-A failure is kept (:attr:`StartUp.error`; the pages show it, :func:`.state.open_page`);
-the page then computes itself and shows its own error.
+A failure is kept (:meth:`StartUp.error`; the pages show it, :func:`.state.open_page`);
+the page then computes itself and shows its own error. A connection that failed to open
+is not kept: the page that needs it opens it and says why.
 """
 
 from __future__ import annotations
