@@ -10,6 +10,7 @@ from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
+from pdm_replay.report.render import display_frame
 
 TERMS_HELP = ("Out-of-region KL tokens with Â ≠ 0 (a fixed pseudo-random sample). Both terms "
               "are signed by sign(Â). The ratio rule calls a token 'moving away' when the local "
@@ -44,7 +45,8 @@ def render() -> None:
         measured = terms.filter(pl.col("delta_d_none").is_not_null())
         st.caption(f"{terms.height:,} tokens shown, {measured.height:,} with a realized ΔD.")
     st.subheader("Sign accuracy of the direction predictors (vs ΔD under `none`)")
-    st.dataframe(data(run, api.sign_accuracy), hide_index=True, key="div_sign_accuracy")
+    st.dataframe(display_frame("sign_accuracy", data(run, api.sign_accuracy)),
+                 hide_index=True, key="div_sign_accuracy")
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing
