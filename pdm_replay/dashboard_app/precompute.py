@@ -1,10 +1,11 @@
 """The first page's data, computed in a child process while the server starts.
 
-``python -m pdm_replay.dashboard_app.precompute OUT`` opens the run of
+``python -m pdm_replay.dashboard_app.precompute FD`` opens the run of
 ``$PDM_REPLAY_RUN_DIR`` (with the ``--mask-module`` files and the memory limit of the
-environment, as the pages' connection does), computes :data:`FIRST_PAGE` and writes one
-pickled :class:`Precomputed` to the file ``OUT`` (written beside it, then renamed), then
-prints one line to stderr (the server's log). :mod:`.warmup` starts it before the server
+environment, as the pages' connection does), computes :data:`FIRST_PAGE`, writes one
+pickled :class:`Precomputed` to the open file descriptor ``FD`` (an unnamed temporary file
+of the server, read once this process has exited with code 0), then prints one line to
+stderr (the server's log). :mod:`.warmup` starts it before the server
 imports Streamlit, so on a 2-core machine it runs on the other core instead of sharing
 the server's interpreter: Streamlit's start and this computation (imports, DuckDB's view
 binding, the Overview's queries: about 1.5 s) overlap instead of interleaving, and no
@@ -95,24 +96,18 @@ def first_page(path: Path) -> Precomputed:
                            seconds=time.perf_counter() - t0)
 
 
-def write(out: Precomputed, target: Path) -> None:
-    """Pickle ``out`` to ``target`` (a temporary name first, so a reader never sees half)."""
-    part = target.with_name(target.name + ".part")
-    with open(part, "wb") as f:
-        pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(part, target)
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Compute the first page of ``$PDM_REPLAY_RUN_DIR`` into the file ``argv[0]``."""
-    target = Path((sys.argv[1:] if argv is None else argv)[0])
+    """Compute the first page of ``$PDM_REPLAY_RUN_DIR`` into the file descriptor
+    ``argv[0]``."""
+    fd = int((sys.argv[1:] if argv is None else argv)[0])
     path = env_run()
     try:
         out = (Precomputed(error=f"no run at {path}") if path is None or not path.exists()
                else first_page(path))
-        write(out, target)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
     except KeyboardInterrupt:  # Ctrl-C reaches the server's whole process group
-        return
+        raise SystemExit(130) from None
     outcome = f"failed: {out.error}" if out.error else "ready"
     print(f"pdm-replay dashboard: start-up computation of the first page {outcome} "
           f"({out.seconds:.2f} s)", file=sys.stderr, flush=True)

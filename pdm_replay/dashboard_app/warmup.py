@@ -22,14 +22,12 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT
 from pdm_replay.dashboard_app.precompute import Precomputed, load_mask_modules
@@ -41,12 +39,13 @@ PRECOMPUTE_MODULE = "pdm_replay.dashboard_app.precompute"
 
 @dataclass
 class StartUp:
-    """The server's start-up computation: of ``run``, by ``child`` writing ``target``, or
-    already ``result`` (collected; tests give one directly)."""
+    """The server's start-up computation: of ``run``, by ``child`` writing ``output`` (an
+    unnamed temporary file both processes hold, so nothing is left on disk whatever ends
+    the server), or already ``result`` (collected; tests give one directly)."""
 
     run: RunRef | None = None
     child: subprocess.Popen[bytes] | None = None
-    target: Path | None = None
+    output: IO[bytes] | None = None
     result: Precomputed | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     opening: threading.Thread | None = None
@@ -56,7 +55,7 @@ class StartUp:
         """The child's result, waiting for it the first time (None: nothing was started)."""
         with self.lock:  # two sessions may ask at once; the child is read once
             if self.result is None and self.child is not None:
-                self.result = _read(self.child, self.target)
+                self.result = _read(self.child, self.output)
                 self._drop_child()
             return self.result
 
@@ -116,14 +115,14 @@ class StartUp:
             self.opened = None
 
     def _drop_child(self) -> None:
-        """Stop the child if it still runs and remove its output (once read, or at exit)."""
+        """Stop the child if it still runs and close its output (once read, or at exit)."""
         if self.child is not None and self.child.poll() is None:
             self.child.kill()
             self.child.wait()
         self.child = None
-        if self.target is not None:
-            shutil.rmtree(self.target.parent, ignore_errors=True)
-            self.target = None
+        if self.output is not None:
+            self.output.close()
+            self.output = None
 
 
 START_UP = StartUp()  # the server process's; :func:`start` fills it
@@ -131,26 +130,29 @@ START_UP = StartUp()  # the server process's; :func:`start` fills it
 
 def start(record: StartUp = START_UP) -> StartUp:
     """Start the child computing the first page of ``$PDM_REPLAY_RUN_DIR`` into ``record``
-    (nothing when there is no such run: the page says so)."""
+    (nothing when there is no such run, the page says so; nor off POSIX, where a file
+    descriptor cannot be handed to a child: there the first session computes it)."""
     path = env_run()
-    if path is None or not path.exists():
+    if path is None or not path.exists() or os.name != "posix":
         return record
     record.run = run_ref(path)
-    record.target = Path(tempfile.mkdtemp(prefix="pdm_replay_start_")) / "first_page.pkl"
-    record.child = subprocess.Popen([sys.executable, "-m", PRECOMPUTE_MODULE,
-                                     str(record.target)], env=os.environ,
-                                    stdin=subprocess.DEVNULL)
+    record.output = tempfile.TemporaryFile(prefix="pdm_replay_start_")
+    fd = record.output.fileno()
+    record.child = subprocess.Popen([sys.executable, "-m", PRECOMPUTE_MODULE, str(fd)],
+                                    env=os.environ, stdin=subprocess.DEVNULL, pass_fds=(fd,))
     atexit.register(record.close)
     return record
 
 
-def _read(child: subprocess.Popen[bytes], target: Path | None) -> Precomputed:
-    """What ``child`` wrote to ``target`` once it exits, or why there is nothing."""
+def _read(child: subprocess.Popen[bytes], output: IO[bytes] | None) -> Precomputed:
+    """What ``child`` wrote to ``output`` once it exits, or why there is nothing."""
     code = child.wait()
     try:
-        with open(target, "rb") as f:  # type: ignore[arg-type]
-            out = pickle.load(f)
-    except (OSError, TypeError, EOFError, pickle.UnpicklingError) as err:
+        if code != 0 or output is None:
+            raise EOFError("nothing written")
+        output.seek(0)
+        out = pickle.load(output)
+    except (OSError, EOFError, pickle.UnpicklingError) as err:
         return Precomputed(error=f"the start-up process (exit code {code}) left no result: "
                                  f"{err}")
     if not isinstance(out, Precomputed):

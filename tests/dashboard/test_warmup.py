@@ -6,10 +6,12 @@ and does its imports before Streamlit, with no thread beside the sessions'."""
 from __future__ import annotations
 
 import functools
+import pickle
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from pdm_replay.dashboard_app import APP_FILE, ENV_MEMORY_LIMIT, ENV_RUN_DIR, serve
-from pdm_replay.dashboard_app.precompute import Precomputed, first_page, write
+from pdm_replay.dashboard_app.precompute import Precomputed, first_page
 from pdm_replay.dashboard_app.runs import RunRef, query_name, run_ref
 from pdm_replay.report import overview as overview_module
 from pdm_replay.report.dashboard_api import connect_dashboard
@@ -127,7 +129,7 @@ def test_the_child_process_gives_what_the_page_would_compute(run_dir: Path,
     monkeypatch.setenv(ENV_RUN_DIR, str(run_dir))
     record = warmup.start(warmup.StartUp())
     assert record.run == run_ref(run_dir) and record.child is not None
-    target = record.target
+    output = record.output
     out = record.collect()
     assert out is not None and out.error is None, out
     found, value = out.value(query_name(overview_module.overview), {})
@@ -136,24 +138,26 @@ def test_the_child_process_gives_what_the_page_would_compute(run_dir: Path,
         expected = overview_module.overview(db)
     assert found and value.headline.equals(expected.headline)
     assert value.health == expected.health and value.coverage == expected.coverage
-    assert record.child is None and not target.parent.exists()  # read once, then removed
+    assert record.child is None and output.closed  # read once, then closed
     assert record.collect() is out
 
 
-def test_a_child_that_leaves_no_result_is_a_start_up_failure(tmp_path: Path) -> None:
+def test_a_child_that_leaves_no_result_is_a_start_up_failure() -> None:
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     record = warmup.StartUp(run=RunRef("r", "f"), child=child,
-                            target=tmp_path / "out" / "first_page.pkl")
+                            output=tempfile.TemporaryFile())
     out = record.collect()
     assert out is not None and "exit code 3" in out.error and "left no result" in out.error
     assert record.error(RunRef("r", "f")) == out.error
     assert record.error(RunRef("r", "other")) is None
 
 
-def test_the_result_file_is_whole_or_absent(tmp_path: Path) -> None:
-    target = tmp_path / "first_page.pkl"
-    write(Precomputed(error="x"), target)
-    assert [p.name for p in tmp_path.iterdir()] == ["first_page.pkl"]  # no .part left
+def test_a_half_written_result_is_a_start_up_failure() -> None:
+    output = tempfile.TemporaryFile()
+    output.write(pickle.dumps(Precomputed(error="x"))[:10])  # cut short, as by a kill
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    out = warmup.StartUp(run=RunRef("r", "f"), child=child, output=output).collect()
+    assert out is not None and "left no result" in out.error
 
 
 def test_the_server_starts_the_child_and_imports_before_streamlit(monkeypatch) -> None:
