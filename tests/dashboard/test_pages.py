@@ -32,7 +32,8 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
     assert at.title[0].value == "Overview"
     assert {"Headline: ratio vs predictive masks", "Unsafe-keep rate per seed",
             "Mask summary"} <= {s.value for s in at.subheader}
-    assert {m.label for m in at.metric} >= {"Kind", "Status", "Seeds", "Tokens"}
+    facts = next(m.value for m in at.markdown if m.value.startswith("**Kind**"))
+    assert all(f"**{k}**" in facts for k in ("Kind", "Status", "Seeds", "Tokens"))
     headline = at.dataframe[0].value
     assert {"basis", "family", "estimator", "delta", "unsafe_ratio_pooled",
             "unsafe_predictive_seed_mean", "empty_seeds"} <= set(headline)

@@ -64,8 +64,10 @@ def start_up_warnings(at) -> list[str]:
     return [w.value for w in at.warning if "start-up" in w.value]
 
 
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
+def fact(at, label: str) -> str:
+    """The Overview's value of ``label`` in its one-line facts ("**Seeds** 3 · ...")."""
+    line = next(m.value for m in at.markdown if m.value.startswith("**Kind**"))
+    return dict(part.split("** ", 1) for part in line.replace("**", "", 1).split(" · **"))[label]
 
 
 def n_tokens(run: Path) -> int:
@@ -87,14 +89,14 @@ def test_the_overview_reads_what_the_start_up_computed(app_for, counted, run_dir
     at = app_for(run, "Overview")
     assert not at.exception and not at.error and not start_up_warnings(at)
     assert len(counted) == 1  # the page read the start-up's result
-    assert metric(at, "Seeds") == "2" and metric(at, "Tokens") == f"{n_tokens(run):,}"
+    assert fact(at, "Seeds") == "2" and fact(at, "Tokens") == f"{n_tokens(run):,}"
 
     for part in ("tokens", "updates"):
         shutil.move(str(held / part / "seed=2"), str(run / part / "seed=2"))
     at = app_for(run, "Overview")
     assert not at.exception and not at.error
     assert len(counted) == 2  # a changed run: computed again, not the start-up copy
-    assert metric(at, "Seeds") == "3" and metric(at, "Tokens") == f"{n_tokens(run):,}"
+    assert fact(at, "Seeds") == "3" and fact(at, "Tokens") == f"{n_tokens(run):,}"
 
 
 def test_a_failed_start_up_shows_on_the_page(app_for, counted, run_dir: Path,
@@ -177,7 +179,8 @@ def test_the_server_starts_the_child_and_imports_before_streamlit(monkeypatch) -
                         lambda name: (events.append(name), real_import(name))[1])
     monkeypatch.setattr(streamlit.web.cli, "main", fake_streamlit)
     serve.main(["run", str(APP_FILE), "--server.port", "8599"])
-    assert events == ["child", serve.FIRST_PAGE_MODULE, *serve.FIRST_USE_IMPORTS, "open",
+    assert events == ["child", serve.FIRST_PAGE_MODULE, *serve.FIRST_USE_IMPORTS,
+                      "streamlit.web.server", "streamlit.env_util", "open",
                       f"streamlit run {APP_FILE} --server.port 8599 (streamlit), "
                       "0 new threads"]
     assert serve.FIRST_PAGE_MODULE.endswith(".overview")

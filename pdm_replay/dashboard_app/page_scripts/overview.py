@@ -17,6 +17,7 @@ from pdm_replay.dashboard_app.tables import (SEED_RATES_KEY, headline_columns, h
                                             key_order, report_cells, seed_rates_columns)
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report.headline import threshold_comparison
+from pdm_replay.report.dashboard_api import RunStatus
 from pdm_replay.report.legend import LEGEND
 from pdm_replay.report.overview import Overview, overview
 from pdm_replay.report.render import display_frame
@@ -24,21 +25,30 @@ from pdm_replay.report.render import display_frame
 HEADLINE_HELP = "  \n".join(f"**{term}**: {text}" for term, text in LEGEND)
 
 
+def facts(kind: str, status: RunStatus, health: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run at a glance: (label, value) of its kind, status, seeds, tokens, update rows.
+
+    >>> from pdm_replay.report.dashboard_api import RunStatus
+    >>> facts("replay", RunStatus(None, None), {"n_seeds": 3, "n_tokens": 4500,
+    ...                                         "n_update_rows": 31500})[2:]
+    [('Seeds', '3'), ('Tokens', '4,500'), ('Update rows', '31,500')]
+    """
+    return [("Kind", kind), ("Status", status.status or "n/a"),
+            ("Seeds", str(health["n_seeds"])), ("Tokens", f"{health['n_tokens']:,}"),
+            ("Update rows", f"{health['n_update_rows']:,}")]
+
+
 def _manifest(run: RunRef, ov: Overview) -> None:
     info, status = run_info(run)
     manifest: Mapping[str, Any] = info.manifest or {}
     config = manifest.get("config") or {}
     health = ov.health
-    cols = st.columns(5)
-    cols[0].metric("Kind", info.kind)
-    cols[1].metric("Status", status.status or "n/a")
-    cols[2].metric("Seeds", health["n_seeds"])
-    cols[3].metric("Tokens", f"{health['n_tokens']:,}")
-    cols[4].metric("Update rows", f"{health['n_update_rows']:,}")
+    # one line, not st.metric: the first page loads no JavaScript it can do without
+    st.markdown(" · ".join(f"**{k}** {v}" for k, v in facts(info.kind, status, health)))
     st.markdown(f"**Checkpoint** `{config.get('checkpoint', 'n/a')}` · **log** "
                 f"`{config.get('log', 'n/a')}` · **behavior checkpoint** "
                 f"`{config.get('behavior_checkpoint') or 'none'}` · **source** `{info.source}`")
-    with st.expander("Manifest: config, versions, log metadata"):
+    if st.toggle("Show the manifest: config, versions, log metadata", key="manifest"):
         left, right = st.columns(2)
         left.json(dict(config) or {"config": "not recorded"}, expanded=True)
         right.json({"versions": manifest.get("versions"), "log_meta": manifest.get("log_meta"),
