@@ -44,6 +44,10 @@ def test_overview_shows_manifest_headline_chart_and_masks(app_for, run_dir: Path
     at.toggle(key="seed_chart").set_value(True).run()
     assert_clean(at)
     assert len(at.get("vega_lite_chart")) == 1
+    assert not at.json  # the manifest too only when asked
+    at.toggle(key="manifest").set_value(True).run()
+    assert_clean(at)
+    assert len(at.json) == 2 and "versions" in at.json[1].value
     masks = at.dataframe[-1].value
     assert "none" in set(masks["mask"]) and masks["keep_fraction"].str.endswith("%").all()
     assert not masks.isna().any().any()  # no None cells: "–" where a mask has no family
