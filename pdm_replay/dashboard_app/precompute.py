@@ -77,17 +77,27 @@ def load_mask_modules() -> None:
             load_mask_module(module)
 
 
+def env_memory_limit() -> str:
+    """The DuckDB memory limit ``$PDM_REPLAY_MEMORY_LIMIT`` names (``--memory-limit``)."""
+    return os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
+
+
+def connect_run(path: Path | str, memory_limit: str) -> Any:
+    """The run's report connection (a ``ReportDB``) as every part of the dashboard opens
+    it: the ``--mask-module`` files registered first, then
+    :func:`pdm_replay.report.dashboard_api.connect_dashboard` over its finished part."""
+    from pdm_replay.report.dashboard_api import connect_dashboard
+
+    load_mask_modules()
+    return connect_dashboard(path, memory_limit=memory_limit)[0]
+
+
 def first_page(path: Path) -> Precomputed:
     """Open ``path`` as the pages do and compute the first page's queries; a failure is
     returned as :attr:`Precomputed.error`, not raised."""
     t0 = time.perf_counter()
     try:
-        from pdm_replay.report.dashboard_api import connect_dashboard
-
-        load_mask_modules()
-        memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
-        db, _ = connect_dashboard(path, memory_limit=memory_limit)
-        with db:
+        with connect_run(path, env_memory_limit()) as db:
             results = tuple((query_name(fn), kw, fn(db, **kw))
                             for fn, kw in first_page_queries())
         return Precomputed(results, seconds=time.perf_counter() - t0)

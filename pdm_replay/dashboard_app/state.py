@@ -25,13 +25,13 @@ from typing import Any, Callable, NoReturn
 import duckdb
 import streamlit as st
 
-from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT, ENV_TOKENIZER
-from pdm_replay.dashboard_app.precompute import load_mask_modules
+from pdm_replay.dashboard_app import ENV_TOKENIZER
+from pdm_replay.dashboard_app.precompute import connect_run, env_memory_limit, load_mask_modules
 from pdm_replay.dashboard_app.runs import RunRef, env_run, fingerprint, query_name, run_ref
 from pdm_replay.dashboard_app.warmup import START_UP
 from pdm_replay.dashboard_app.text import LoadedTokenizer, load_tokenizer, tokenizer_candidates
-from pdm_replay.report.dashboard_api import RunStatus, connect_dashboard, finished_run
-from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
+from pdm_replay.report.dashboard_api import RunStatus, finished_run
+from pdm_replay.report.db import ReportDB
 from pdm_replay.report.run_info import RunInfo
 
 ERRORS = (OSError, ValueError, duckdb.Error)
@@ -44,8 +44,8 @@ class _Handle:
     """An open report connection; queries take ``lock`` (one DuckDB connection is not safe
     for concurrent use by the sessions' threads)."""
 
-    def __init__(self, db: ReportDB, status: RunStatus) -> None:
-        self.db, self.status, self.lock = db, status, threading.Lock()
+    def __init__(self, db: ReportDB) -> None:
+        self.db, self.lock = db, threading.Lock()
         # An evicted handle closes its connection (and DuckDB's temp dir) when collected.
         weakref.finalize(self, db.close)
 
@@ -60,16 +60,14 @@ def fail(message: str, hint: str | None = None) -> NoReturn:
 @st.cache_resource(max_entries=4, show_spinner="Opening the run …")
 def _open(path: str, fingerprint: str, memory_limit: str) -> _Handle:
     opened = START_UP.connection(RunRef(path, fingerprint), memory_limit)
-    db, status = opened or connect_dashboard(path, memory_limit=memory_limit)
-    return _Handle(db, status)
+    return _Handle(opened or connect_run(path, memory_limit))
 
 
 def open_run(run: RunRef) -> _Handle:
     """The cached connection of ``run`` (the server's start-up one, or opened on the first
     call); errors are raised."""
-    load_mask_modules()
-    memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
-    return _open(run.path, run.fingerprint, memory_limit)
+    load_mask_modules()  # before the cache: the pages read the registry without a query too
+    return _open(run.path, run.fingerprint, env_memory_limit())
 
 
 def _handle(run: RunRef) -> _Handle:

@@ -29,10 +29,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from pdm_replay.dashboard_app import ENV_MEMORY_LIMIT
-from pdm_replay.dashboard_app.precompute import Precomputed, load_mask_modules
+from pdm_replay.dashboard_app.precompute import Precomputed, connect_run, env_memory_limit
 from pdm_replay.dashboard_app.runs import RunRef, env_run, run_ref
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
 
 PRECOMPUTE_MODULE = "pdm_replay.dashboard_app.precompute"
 
@@ -49,7 +47,7 @@ class StartUp:
     result: Precomputed | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     opening: threading.Thread | None = None
-    opened: tuple[str, Any] | None = None  # (memory limit, (ReportDB, RunStatus))
+    opened: tuple[str, Any] | None = None  # (memory limit, ReportDB)
 
     def collect(self) -> Precomputed | None:
         """The child's result, waiting for it the first time (None: nothing was started)."""
@@ -79,22 +77,18 @@ class StartUp:
         visit. Call it once every module is imported (:func:`.serve.preload`)."""
         if self.run is None:
             return
-        memory_limit = os.environ.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
-        self.opening = threading.Thread(target=self._open, args=(self.run, memory_limit),
+        self.opening = threading.Thread(target=self._open, args=(self.run, env_memory_limit()),
                                         name="pdm-replay-open-run", daemon=True)
         self.opening.start()
 
     def _open(self, run: RunRef, memory_limit: str) -> None:
-        from pdm_replay.report.dashboard_api import connect_dashboard
-
         try:
-            load_mask_modules()
-            self.opened = (memory_limit, connect_dashboard(run.path, memory_limit=memory_limit))
+            self.opened = (memory_limit, connect_run(run.path, memory_limit))
         except Exception:  # nothing kept: the page that needs it opens it and says why
             self.opened = None
 
     def connection(self, run: RunRef, memory_limit: str) -> Any:
-        """The ``(ReportDB, RunStatus)`` opened at start-up for ``run`` with
+        """The ``ReportDB`` opened at start-up for ``run`` with
         ``memory_limit`` (waiting for it), handed over once; None where there is none."""
         if run != self.run or self.opening is None:
             return None
@@ -104,14 +98,14 @@ class StartUp:
         if opened is not None and opened[0] == memory_limit:
             return opened[1]
         if opened is not None:
-            opened[1][0].close()
+            opened[1].close()
         return None
 
     def close(self) -> None:
         """Stop the child, remove its output and close an unclaimed connection (at exit)."""
         self._drop_child()
         if self.opened is not None:
-            self.opened[1][0].close()
+            self.opened[1].close()
             self.opened = None
 
     def _drop_child(self) -> None:

@@ -6,10 +6,11 @@ whole parameter to float64 first allocates 8 bytes per weight (1.2 GB for Qwen3-
 151,936 × 1,024 embedding) and pages it in: on a 2-core CPU that took 12 s per norm of a
 0.3 B-parameter model, more than the simulated step's backward (benchmarks/README.md,
 replay). Here each tensor is read in blocks of :data:`BLOCK` elements into one reused
-float64 buffer (a fresh buffer per block cost an allocation and its page faults per block:
-with 2 MiB blocks, 1.5 s of one 0.6 B-parameter norm inside a replay, against 0.80 s with
-the buffer reused and 0.47 s with blocks of 8 MiB): every difference is still formed in float64 from the
-exact float64 values of both operands (as before) and squared-summed there
+float64 buffer (a fresh buffer per block cost an allocation and its page faults per
+block: with 2 MiB blocks, 1.5 s of one 0.6 B-parameter norm inside a replay, against
+0.80 s with the buffer reused and 0.47 s with blocks of 8 MiB): every difference is still
+formed in float64 from the exact float64 values of both operands (as before) and
+squared-summed there
 (``torch.dot``), so only the summation order differs from a whole-tensor ``.double()``
 sum: both are float64 sums of the same non-negative terms, within ``n · 2⁻⁵³`` relative
 of the exact sum.
@@ -78,7 +79,7 @@ def distance(a: Iterable[Tensor], b: Iterable[Tensor], block: int = BLOCK) -> fl
     scratch: dict[torch.device, Tensor] = {}
     total = 0.0
     for x, y in zip(a, b, strict=True):
-        buf = None if is_dtensor(x) else scratch.setdefault(
-            x.device, torch.empty(block, dtype=torch.float64, device=x.device))
-        total += float(squared_distance(x, y, block, buf))
+        if not is_dtensor(x) and x.device not in scratch:  # one allocation per device
+            scratch[x.device] = torch.empty(block, dtype=torch.float64, device=x.device)
+        total += float(squared_distance(x, y, block, scratch.get(x.device)))
     return math.sqrt(total)

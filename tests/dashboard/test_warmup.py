@@ -217,7 +217,7 @@ def test_the_start_up_connection_is_handed_over_once(run_dir: Path, monkeypatch)
     record.open_connection()
     assert record.connection(run, "512MB") is None  # opened with another limit: closed
     record.open_connection()
-    db, status = record.connection(run, "768MB")
+    db = record.connection(run, "768MB")
     with db:
         assert int(db.query("SELECT count(*) AS n FROM tokens")["n"][0]) == n_tokens(run_dir)
     assert record.connection(run, "768MB") is None  # handed over once
