@@ -78,6 +78,34 @@ def test_weights_restored_bit_identically(setup, optimizer):
     assert all(p.grad is None for p in params)
 
 
+def test_snapshot_moves_a_mapped_checkpoint_into_memory_torch_owns(model_dir: Path):
+    """transformers loads CPU safetensors weights as views of the file's private mapping
+    (storage not resizable); after the snapshot every parameter has storage of its own,
+    with the same values, and a step no longer writes into the mapping."""
+    policy = load_policy(model_dir)
+    params = list(policy.model.parameters())
+    mapped = [p.detach() for p in params]
+    assert not any(m.untyped_storage().resizable() for m in mapped)  # else this tests nothing
+    snap = ParamSnapshot(params)
+    assert all(p.untyped_storage().resizable() for p in params)
+    assert all(torch.equal(p.detach(), m) for p, m in zip(params, mapped))
+    assert all(p.data_ptr() != m.data_ptr() for p, m in zip(params, mapped))
+    before = [m.clone() for m in mapped]
+    with torch.no_grad():
+        for p in params:
+            p.add_(1.0)
+    assert all(torch.equal(m, b) for m, b in zip(mapped, before))
+    snap.restore()
+    assert snap.matches()
+
+
+def test_snapshot_leaves_parameters_torch_allocated_in_place():
+    w = torch.nn.Parameter(torch.ones(3))
+    ptr = w.data_ptr()
+    ParamSnapshot([w])
+    assert w.data_ptr() == ptr
+
+
 def test_restore_happens_even_when_measuring_fails(setup):
     policy, sb, inputs = setup
     params = list(policy.model.parameters())
