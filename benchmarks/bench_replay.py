@@ -17,11 +17,12 @@
    forward (target <= 1.15x); each extra update mask of one replay (SGD, no attribution;
    best of 3 seeds of the same shapes) vs forward + backward + forward of the same batch
    measured in the same run (best of 4 warm calls, 2 before and 2 after the replay;
-   target <= 1.1x); and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with
+   target <= 1.1x), under glibc's default malloc and, strictly, with freed memory reused as
+   the replay reuses it (``pdm_replay.heap``; ``--no-heap-reuse``: the replay without); and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with
    the same chunk, minus the chunk term (target: independent of the vocabulary).
 
 Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
-[--updates-only] [--qwen3-0.6b]``
+[--updates-only] [--qwen3-0.6b [--no-heap-reuse]]``
 Random-init Qwen3 models (nothing is downloaded); CPU only. Idle OpenMP threads sleep
 (``pdm_replay.threads.apply_wait_policy``, before torch loads) as under ``pdm-replay
 replay``: the figures are what the CLI gets, and a shared machine's load moves them less.
@@ -45,6 +46,7 @@ apply_wait_policy()  # before torch loads libgomp, which reads the policy once
 import torch  # noqa: E402
 
 from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.heap import reuse_freed_memory
 from pdm_replay.math.support import build_support
 from pdm_replay.replay.batching import micro_batches, pad_batch
 from pdm_replay.replay.checkpoint import Policy, make_head
@@ -256,13 +258,18 @@ def _update_cpu_seconds():
 REAL_SEEDS = 3  # per mask: best of 3 seeds of the same shapes, as the baseline is best of 4
 
 
-def _fbf_best(model, batches, runs: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds of ``runs`` baseline calls."""
-    times = [_timed(lambda: _fwd_bwd_fwd(model, batches)) for _ in range(runs)]
-    return [w for w, _ in times], [c for _, c in times]
+def _fbf_best(model, batches, runs: int) -> dict[bool, tuple[list[float], list[float]]]:
+    """Wall and CPU seconds of ``runs`` baseline calls under glibc's default malloc (False)
+    and with freed memory kept for reuse as the replay keeps it (True, pdm_replay.heap)."""
+    out = {}
+    for reuse in (False, True):
+        with reuse_freed_memory(reuse):
+            times = [_timed(lambda: _fwd_bwd_fwd(model, batches)) for _ in range(runs)]
+        out[reuse] = [w for w, _ in times], [c for _, c in times]
+    return out
 
 
-def real_size(tmp: Path, repeats: int, chunk: int) -> dict:
+def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool) -> dict:
     """Section 4: the Qwen3-0.6B shape; every ratio within this one call. Both sides of the
     update ratio are best-of-N of warm calls (the first backward of a process, and the first
     update of a replay, pay one-time costs: the autograd threads, fresh gradient pages)."""
@@ -285,20 +292,25 @@ def real_size(tmp: Path, repeats: int, chunk: int) -> dict:
     _fwd_bwd_fwd(model, batches)  # warm-up
     # The baseline brackets the replay (before and after it, same process and batch), so a
     # change of the shared machine's load during the replay shows as a before/after gap.
-    wall_before, cpu_before = _fbf_best(model, batches, 2)
+    before = _fbf_best(model, batches, 2)
     with _update_cpu_seconds() as update_cpu:
         res = run_replay(ReplayConfig(log=log, checkpoint=tmp / "ckpt", out=tmp / "run",
                                       seeds=REAL_SEEDS, batch_size=2, micro_batch_size=2,
                                       optimizer="sgd", lr=1e-4, attribution=False,
-                                      update_masks=REAL_MASKS, chunk_tokens=chunk))
-    wall_after, cpu_after = _fbf_best(model, batches, 2)
-    t_fbf, cpu_fbf = min(wall_before + wall_after), min(cpu_before + cpu_after)
+                                      update_masks=REAL_MASKS, chunk_tokens=chunk,
+                                      heap_reuse=heap_reuse))
+    after = _fbf_best(model, batches, 2)
+    # the baseline: default malloc; "reuse": the strict one, with the replay's heap setting
+    t_fbf, cpu_fbf = (min(before[False][i] + after[False][i]) for i in (0, 1))
+    t_reuse, cpu_reuse = (min(before[True][i] + after[True][i]) for i in (0, 1))
     per_mask = [_best(res, f"update_{m}_s") for m in REAL_MASKS]
     n = len(REAL_MASKS)  # update_cpu: seed by seed, masks in order
     mask_cpu = [min(update_cpu[i::n]) for i in range(n)]
     return {"fwd_bwd_fwd_cpu_s": cpu_fbf, "per_mask_cpu_s": mask_cpu,
             "extra_mask_cpu_vs_fwd_bwd_fwd": [t / cpu_fbf for t in mask_cpu[1:]],
-            "fwd_bwd_fwd_before_s": wall_before, "fwd_bwd_fwd_after_s": wall_after,
+            "fwd_bwd_fwd_before_s": before[False][0], "fwd_bwd_fwd_after_s": after[False][0],
+            "fwd_bwd_fwd_reuse_s": t_reuse, "fwd_bwd_fwd_reuse_cpu_s": cpu_reuse,
+            "heap": {k: res.manifest["threads"][k] for k in ("heap_reuse", "heap_reason")},
             "tokens": int(sum(b.input_ids.numel() for b in batches)), "seeds": REAL_SEEDS,
             "response_tokens": len(sb.flat), "plain_forward_s": t_plain, "recompute_s": t_re,
             "recompute_ratio": t_re / t_plain, "fwd_bwd_fwd_s": t_fbf,
@@ -315,9 +327,12 @@ def report_real(r: dict, mem: list[dict]) -> None:
           f"replay {runs(r['fwd_bwd_fwd_before_s'])} s, after {runs(r['fwd_bwd_fwd_after_s'])}"
           f" s); pre pass {r['pre_pass_s']:.2f} s; each update: best of {r['seeds']} seeds")
     print(f"CPU seconds (all threads): forward + backward + forward {r['fwd_bwd_fwd_cpu_s']:.2f} s")
+    print(f"with freed memory reused (pdm_replay.heap): {r['fwd_bwd_fwd_reuse_s']:.2f} s, CPU "
+          f"{r['fwd_bwd_fwd_reuse_cpu_s']:.2f} s; the replay: {r['heap']}")
     for name, s, c in zip(r["masks"], r["per_mask_s"], r["per_mask_cpu_s"]):
-        print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd; "
-              f"CPU {c:.2f} s = {c / r['fwd_bwd_fwd_cpu_s']:.3f}x")
+        print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd "
+              f"({s / r['fwd_bwd_fwd_reuse_s']:.3f}x reused); CPU {c:.2f} s = "
+              f"{c / r['fwd_bwd_fwd_cpu_s']:.3f}x ({c / r['fwd_bwd_fwd_reuse_cpu_s']:.3f}x)")
     for m in mem:
         print(f"vocab {m['vocab']:>7}: recompute peak growth {m['peak_growth'] / GiB:.3f} GiB, "
               f"chunk {m['chunk_bytes'] / GiB:.3f} GiB, growth - chunk "
@@ -361,6 +376,8 @@ def main() -> None:
     ap.add_argument("--qwen3-0.6b", dest="real", action="store_true",
                     help="only section 4: the Qwen3-0.6B shape (about 10 GB of RAM, "
                     "10-20 minutes on 2 cores)")
+    ap.add_argument("--no-heap-reuse", action="store_true",
+                    help="section 4's replay with --no-heap-reuse (glibc's default malloc)")
     ap.add_argument("--child", choices=["recompute", "full"], help=argparse.SUPPRESS)
     ap.add_argument("--vocab", type=int, default=151_936, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -371,7 +388,7 @@ def main() -> None:
     if args.real:
         mem = memory_by_vocab(args.chunk, args.threads)
         with tempfile.TemporaryDirectory() as tmp:
-            real = real_size(Path(tmp), args.repeats, args.chunk)
+            real = real_size(Path(tmp), args.repeats, args.chunk, not args.no_heap_reuse)
         report_real(real, mem)
         print(json.dumps({"real": real, "memory_by_vocab": mem}, default=str))
         return

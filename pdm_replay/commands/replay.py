@@ -59,6 +59,7 @@ from pdm_replay.replay.step import GradReduce, StepInfo, simulated_step
 from pdm_replay.replay.sweep import build_variants, trainer_variant
 from pdm_replay.replay.outputs import (PreUpdate, log_support, post_columns, pre_update,
                                        tokens_part, updates_part)
+from pdm_replay.heap import HeapChoice, reuse_freed_memory
 from pdm_replay.threads import (ThreadChoice, choose_threads, cpu_budget, torch_threads,
                                 wait_policy_record)
 
@@ -308,7 +309,8 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
     directory's lock (:class:`~pdm_replay.io.lock.DirLock`) throughout: a second writer
     fails at once, naming the holder's PID. A start that fails its checks leaves no
     directory behind. torch runs ``cfg.threads`` intra-op threads (default: the CPUs this
-    process may use, shared by the ranks on this machine) and gets its previous count back.
+    process may use, shared by the ranks on this machine) and gets its previous count back;
+    freed CPU memory is kept for reuse meanwhile (``cfg.heap_reuse``, :mod:`pdm_replay.heap`).
     """
     held: list[DirLock] = []  # rank 0's lock stays in this process (never broadcast)
     dist.from_main(lambda: held.append(mf.lock_run(cfg.out, cfg.resume)))
@@ -318,8 +320,8 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
         # node it equals the world size).
         local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
         choice = choose_threads(cfg.threads, cpu_budget(), local if cfg.device == "cpu" else 1)
-        with torch_threads(choice.threads):
-            result = _run_locked(cfg, on_progress, grad_reduce, dist, choice)
+        with torch_threads(choice.threads), reuse_freed_memory(cfg.heap_reuse) as heap:
+            result = _run_locked(cfg, on_progress, grad_reduce, dist, choice, heap)
         failed = False
         return result
     finally:
@@ -328,8 +330,9 @@ def run_replay(cfg: ReplayConfig, on_progress: Progress | None = None,
 
 
 def _run_locked(cfg: ReplayConfig, on_progress: Progress | None, grad_reduce: GradReduce | None,
-                dist: Dist, threads: ThreadChoice) -> ReplayResult:
-    ctx, doc = _start(cfg, {**threads.to_json(), **wait_policy_record()}, grad_reduce, dist)
+                dist: Dist, threads: ThreadChoice, heap: HeapChoice) -> ReplayResult:
+    cpu = {**threads.to_json(), **wait_policy_record(), **heap.to_json()}
+    ctx, doc = _start(cfg, cpu, grad_reduce, dist)
     layout, t0 = ctx.layout, time.perf_counter()
     if dist.is_main:
         mf.save(layout, doc)

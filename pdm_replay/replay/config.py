@@ -38,9 +38,9 @@ DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
 # Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not
 # depend on how many seeds there are, so resuming with more seeds extends a run); the
 # paths, whose *contents* are compared by sha256 instead (a moved log is the same log).
-# ``threads``: how fast, not what (the count chosen is in the manifest's ``threads``).
+# ``threads``, ``heap_reuse``: how fast, not what (the manifest's ``threads`` records both).
 OPERATIONAL = ("resume", "seeds", "out", "log", "checkpoint", "behavior_checkpoint",
-               "next_checkpoint", "optimizer_state", "threads")
+               "next_checkpoint", "optimizer_state", "threads", "heap_reuse")
 STEP_PATHS = ("checkpoint", "behavior_checkpoint", "next_checkpoint", "optimizer_state")
 PATH_TEMPLATE = (" May be a template with {step} / {next_step} (the row's logged step, "
                  "step + 1), e.g. ckpt/global_step_{step}: each row is replayed against "
@@ -138,6 +138,11 @@ class ReplayConfig:
         "torch intra-op threads. Default: the CPUs this process may use (affinity mask, "
         "cgroup quota), shared by the ranks of a CPU torchrun job; recorded in "
         "manifest.json `threads`."))
+    heap_reuse: bool = opt(True, secondary="--no-heap-reuse", help=(  # pdm_replay.heap
+        "Keep freed CPU memory for the next update's tensors (glibc malloc: no mmap, no "
+        "trimming while the replay runs) instead of faulting in fresh pages each time; the "
+        "resident set then stays at its peak until the replay ends. Left off when malloc "
+        "is tuned by the environment or preloaded; recorded in manifest.json `threads`."))
     # Set by the threshold options (--eps, --delta-kl, ... in the CLI), not one option each.
     thresholds: Thresholds = field(default_factory=Thresholds)
     sweep: Sweep = field(default_factory=Sweep)  # several values of eps / delta_kl / delta_tv

@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
+from pdm_replay.heap import heap_choice
 
 runner = CliRunner()
 
@@ -37,6 +38,7 @@ def test_replay_cli_runs_and_prints_summary(tmp_path: Path, replay_log: Path,
     assert manifest["config"]["masks"] == ["none", "pdm_kl_agg"]
     assert manifest["threads"]["threads"] == 1 and manifest["threads"]["source"] == "--threads"
     assert set(manifest["threads"]) >= {"affinity", "quota", "OMP_WAIT_POLICY"}
+    assert manifest["threads"]["heap_reuse"] == heap_choice(True).heap_reuse
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--resume" in text(again)
     resumed = runner.invoke(app, args + ["--resume"])
