@@ -18,8 +18,8 @@
    best of 3 seeds of the same shapes) vs forward + backward + forward of the same batch
    measured in the same run (best of 4 warm calls, 2 before and 2 after the replay;
    target <= 1.1x), under glibc's default malloc and, strictly, with freed memory reused as
-   the replay reuses it (``pdm_replay.heap``; ``--no-heap-reuse``: the replay without); and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with
-   the same chunk, minus the chunk term (target: independent of the vocabulary).
+   the replay reuses it (``pdm_replay.heap``; ``--no-heap-reuse``: the replay without);
+   and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with the same chunk, minus the chunk term (target: independent of the vocabulary).
 
 Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
 [--updates-only] [--qwen3-0.6b [--no-heap-reuse]]``
