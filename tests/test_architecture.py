@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pdm_replay"
 # is "pdm_replay"). Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("math",),
-    ("errors", "threads", "masks", "mask_kinds", "mask_catalog", "mask_table"),
+    ("errors", "threads", "heap", "masks", "mask_kinds", "mask_catalog", "mask_table"),
     ("schema",),
     ("io",),
     ("validate", "tokens", "fixtures"),
