@@ -22,7 +22,7 @@
    and the recompute pass's peak memory at vocabularies 32,768 and 151,936 with the same chunk, minus the chunk term (target: independent of the vocabulary).
 
 Usage: ``python benchmarks/bench_replay.py [--threads 2] [--skip-full-logits]
-[--updates-only] [--qwen3-0.6b [--no-heap-reuse]]``
+[--updates-only] [--qwen3-0.6b [--no-heap-reuse] [--smoke]]``
 Random-init Qwen3 models (nothing is downloaded); CPU only. Idle OpenMP threads sleep
 (``pdm_replay.threads.apply_wait_policy``, before torch loads) as under ``pdm-replay
 replay``: the figures are what the CLI gets, and a shared machine's load moves them less.
@@ -211,6 +211,7 @@ def mask_cost(tmp: Path) -> dict:
 
 
 REAL = dict(vocab=151_936, hidden=1024, layers=28, inter=3072)  # Qwen3-0.6B's config.json
+SMOKE = dict(vocab=4096, hidden=128, layers=2, inter=256)  # --smoke: the same code, seconds
 REAL_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg")
 
 
@@ -269,14 +270,15 @@ def _fbf_best(model, batches, runs: int) -> dict[bool, tuple[list[float], list[f
     return out
 
 
-def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool) -> dict:
+def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool,
+              shape: dict = REAL) -> dict:
     """Section 4: the Qwen3-0.6B shape; every ratio within this one call. Both sides of the
     update ratio are best-of-N of warm calls (the first backward of a process, and the first
     update of a replay, pay one-time costs: the autograd threads, fresh gradient pages)."""
-    model = qwen3(**REAL, real=True)
+    model = qwen3(**shape, real=True)
     log = write_synthetic_log(tmp / "log.parquet", n_samples=2 * REAL_SEEDS, response_len=48,
-                              prompt_len=16, vocab_size=REAL["vocab"], top_k=20)
-    sb = seed_batch(LogIndex.of(log), 2, 0, REAL["vocab"])
+                              prompt_len=16, vocab_size=shape["vocab"], top_k=20)
+    sb = seed_batch(LogIndex.of(log), 2, 0, shape["vocab"])
     batches = micro_batches(sb.prompts, sb.responses, 2)  # the replay's own micro-batch
     support = build_support(torch.from_numpy(sb.flat.token_id),
                             torch.from_numpy(sb.flat.topk_ids))
@@ -306,11 +308,13 @@ def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool) -> dict:
     per_mask = [_best(res, f"update_{m}_s") for m in REAL_MASKS]
     n = len(REAL_MASKS)  # update_cpu: seed by seed, masks in order
     mask_cpu = [min(update_cpu[i::n]) for i in range(n)]
-    return {"fwd_bwd_fwd_cpu_s": cpu_fbf, "per_mask_cpu_s": mask_cpu,
+    return {"shape": shape, "fwd_bwd_fwd_cpu_s": cpu_fbf, "per_mask_cpu_s": mask_cpu,
             "extra_mask_cpu_vs_fwd_bwd_fwd": [t / cpu_fbf for t in mask_cpu[1:]],
             "fwd_bwd_fwd_before_s": before[False][0], "fwd_bwd_fwd_after_s": after[False][0],
             "fwd_bwd_fwd_reuse_s": t_reuse, "fwd_bwd_fwd_reuse_cpu_s": cpu_reuse,
             "heap": {k: res.manifest["threads"][k] for k in ("heap_reuse", "heap_reason")},
+            "seeds_s": res.manifest["timings"]["seeds_s"], "per_seed_s": [
+                t["total_s"] for t in res.manifest["timings"]["per_seed"].values()],
             "tokens": int(sum(b.input_ids.numel() for b in batches)), "seeds": REAL_SEEDS,
             "response_tokens": len(sb.flat), "plain_forward_s": t_plain, "recompute_s": t_re,
             "recompute_ratio": t_re / t_plain, "fwd_bwd_fwd_s": t_fbf,
@@ -319,7 +323,9 @@ def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool) -> dict:
 
 
 def report_real(r: dict, mem: list[dict]) -> None:
-    print(f"## replay, Qwen3-0.6B shape: {r['tokens']} tokens ({r['response_tokens']} response)")
+    shape = r["shape"]
+    print(f"## replay, Qwen3 of hidden {shape['hidden']}, {shape['layers']} layers, vocabulary "
+          f"{shape['vocab']:,}: {r['tokens']} tokens ({r['response_tokens']} response)")
     print(f"plain forward {r['plain_forward_s']:.2f} s  recompute {r['recompute_s']:.2f} s  "
           f"ratio {r['recompute_ratio']:.3f}x (target <= 1.15)")
     runs = lambda ts: " / ".join(f"{t:.2f}" for t in ts)  # noqa: E731
@@ -329,6 +335,8 @@ def report_real(r: dict, mem: list[dict]) -> None:
     print(f"CPU seconds (all threads): forward + backward + forward {r['fwd_bwd_fwd_cpu_s']:.2f} s")
     print(f"with freed memory reused (pdm_replay.heap): {r['fwd_bwd_fwd_reuse_s']:.2f} s, CPU "
           f"{r['fwd_bwd_fwd_reuse_cpu_s']:.2f} s; the replay: {r['heap']}")
+    print(f"the replay's seed loop {r['seeds_s']:.2f} s (per seed "
+          f"{runs(r['per_seed_s'])} s)")
     for name, s, c in zip(r["masks"], r["per_mask_s"], r["per_mask_cpu_s"]):
         print(f"{name:>15}: {s:.2f} s = {s / r['fwd_bwd_fwd_s']:.3f}x fwd+bwd+fwd "
               f"({s / r['fwd_bwd_fwd_reuse_s']:.3f}x reused); CPU {c:.2f} s = "
@@ -376,6 +384,8 @@ def main() -> None:
     ap.add_argument("--qwen3-0.6b", dest="real", action="store_true",
                     help="only section 4: the Qwen3-0.6B shape (about 10 GB of RAM, "
                     "10-20 minutes on 2 cores)")
+    ap.add_argument("--smoke", action="store_true", help="with --qwen3-0.6b: a tiny shape "
+                    "and no memory children (seconds; the test suite runs it so it cannot rot)")
     ap.add_argument("--no-heap-reuse", action="store_true",
                     help="section 4's replay with --no-heap-reuse (glibc's default malloc)")
     ap.add_argument("--child", choices=["recompute", "full"], help=argparse.SUPPRESS)
@@ -386,9 +396,10 @@ def main() -> None:
         print(json.dumps(memory_child(args.child, args.chunk, args.vocab)))
         return
     if args.real:
-        mem = memory_by_vocab(args.chunk, args.threads)
+        mem = [] if args.smoke else memory_by_vocab(args.chunk, args.threads)
         with tempfile.TemporaryDirectory() as tmp:
-            real = real_size(Path(tmp), args.repeats, args.chunk, not args.no_heap_reuse)
+            real = real_size(Path(tmp), args.repeats, args.chunk, not args.no_heap_reuse,
+                             SMOKE if args.smoke else REAL)
         report_real(real, mem)
         print(json.dumps({"real": real, "memory_by_vocab": mem}, default=str))
         return
