@@ -5,9 +5,10 @@ c10/core/impl/alloc_cpu.cpp). glibc serves a block above its mmap threshold (128
 rising with use to at most 32 MiB) from a fresh ``mmap`` and unmaps it on ``free``, and
 trims the heap's free top back to the system. So each step's gradients, activations and
 logits chunks land on new pages, and every 4 KiB page costs a fault when it is first
-touched. On a Qwen3-0.6B-shaped model (2 threads, 128 tokens), a backward took 0.4–1.1 M
-minor faults and 5.6–10.2 s. Once freed memory was reused, it took 0 to 20 k faults and
-2.7–3.4 s (benchmarks/README.md § replay, "Heap reuse").
+touched. On a Qwen3-0.6B-shaped replay (2 threads, 128 tokens, 3 seeds × 3 update masks)
+the seed loop took 77.6 s so, and 58.1 s with freed memory reused: 0.6–2.9 s less per
+update, with 4.0 M instead of 9.8 M minor faults (benchmarks/README.md § replay, "Heap
+reuse").
 
 :func:`reuse_freed_memory` turns mmap and trimming off for the block
 (``M_MMAP_MAX = 0``, ``M_TRIM_THRESHOLD = SIZE_MAX``). Freed blocks then go back to the
