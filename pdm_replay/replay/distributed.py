@@ -22,10 +22,11 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ from pdm_replay.replay.gpu import peak_memory
 from pdm_replay.replay.manifest import RunLayout
 from pdm_replay.replay.seed_records import STAT_KEYS, merge
 from pdm_replay.replay.step import GradReduce
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 T = TypeVar("T")
 BUCKET_BYTES = 64 << 20  # gradients are summed in flat buckets of this size
@@ -54,6 +58,8 @@ class Dist:
     local_rank: int = 0
     backend: str | None = None  # "gloo" | "nccl"; None: a single process
     fsdp: bool = False
+    # The job's device mesh once made (a list: the dataclass is frozen); see close().
+    _mesh: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -145,11 +151,41 @@ class Dist:
     def describe(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend, "fsdp": self.fsdp}
 
+    def device_mesh(self) -> DeviceMesh:
+        """The 1-D mesh of every rank that ``--fsdp`` shards over, made on first use; every
+        sharded model of the job shares it."""
+        if not self._mesh:
+            from torch.distributed.device_mesh import init_device_mesh
+            device_type = "cuda" if self.backend == "nccl" else "cpu"
+            self._mesh.append(init_device_mesh(device_type, (self.world_size,)))
+        return self._mesh[0]
+
     def close(self) -> None:
-        if self.active:
-            import torch.distributed as dist
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        """Destroy the process group and free it now, while the interpreter is alive.
+
+        ``destroy_process_group`` only unregisters the group; gloo's worker threads are
+        joined by ``~ProcessGroupGloo`` when its last reference drops (its
+        ``Backend::shutdown`` is a no-op, torch ``c10d/Backend.hpp``). Two holders outlived
+        the models: under ``--fsdp``, the device mesh's ``_pg_registry`` (DTensor's
+        sharding-propagation, redistribution-planner and ``MeshTopoInfo`` caches keep the
+        mesh; pytorch PR #172504, Megatron-LM PR #7029), emptied here; in every run,
+        ``torch.distributed.nn.functional``'s defaults, avoided by
+        :func:`_import_before_group`. Freed only at exit, a gloo worker still releasing its
+        last work item's tensors met a finalizing interpreter (``gil_scoped_acquire`` →
+        ``PyThread_exit_thread`` → ``std::terminate``: "terminate called without an active
+        exception", SIGABRT after a complete run; the race pytorch PR #179291 describes).
+        """
+        if not self.active:
+            return
+        import torch.distributed as dist
+        for mesh in self._mesh:
+            registry = getattr(mesh, "_pg_registry", None)  # older torch: group names only
+            if isinstance(registry, dict):
+                registry.clear()
+        self._mesh.clear()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        gc.collect()  # the fully_shard modules' reference cycles hold the mesh's groups too
 
 
 LOCAL = Dist()
@@ -186,10 +222,22 @@ def init_from_env(device: str = "cpu", fsdp: bool = False,
     _rank_device(device, local_rank, world)
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     import torch.distributed as dist
+    _import_before_group()
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=TIMEOUT)
     return Dist(rank=rank, world_size=world, local_rank=local_rank, backend=backend,
                 fsdp=fsdp)
+
+
+def _import_before_group() -> None:
+    """Import ``torch.distributed.nn.functional`` while no process group exists.
+
+    Its functions default to ``group=group.WORLD``, evaluated at import: imported after
+    ``init_process_group`` (transformers' model modules import ``torch.distributed.fsdp``,
+    which imports it) they keep the default group alive to interpreter exit (see
+    :meth:`Dist.close`); imported before, the default is ``None``, resolved per call.
+    """
+    import torch.distributed.nn.functional  # noqa: F401
 
 
 def _buckets(grads: Sequence[Tensor], limit: int) -> list[list[Tensor]]:

@@ -17,11 +17,16 @@ lockstep (:func:`~pdm_replay.replay.distributed.lockstep`, ``PassConfig.lockstep
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from pdm_replay.errors import FieldError
 from pdm_replay.replay.checkpoint import Policy
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 def _layers(policy: Policy) -> nn.ModuleList:
@@ -47,17 +52,15 @@ def _move_replicated(model: nn.Module, device: torch.device) -> None:
                     module._buffers[name] = buf.to(device)
 
 
-def shard_policy(policy: Policy, device: str, world_size: int) -> None:
-    """Wrap ``policy``'s decoder layers and decoder with ``fully_shard`` on a 1-D mesh of
-    ``world_size`` ranks of ``device``'s type (weights may start on the host: each unit's
-    shard moves to the device as it is wrapped)."""
-    from torch.distributed.device_mesh import init_device_mesh
+def shard_policy(policy: Policy, device: str, mesh: DeviceMesh) -> None:
+    """Wrap ``policy``'s decoder layers and decoder with ``fully_shard`` on ``mesh``, the
+    job's 1-D mesh (:meth:`~pdm_replay.replay.distributed.Dist.device_mesh`); weights may
+    start on the host: each unit's shard moves to ``device`` as it is wrapped."""
     from torch.distributed.fsdp import fully_shard
 
     dev = torch.device(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", torch.cuda.current_device())
-    mesh = init_device_mesh(dev.type, (world_size,))
     decoder = policy.model.get_decoder()
     head = {id(p) for p in policy.model.get_output_embeddings().parameters()}
     tied = {p for p in decoder.parameters() if id(p) in head}

@@ -128,7 +128,7 @@ def load_step_models(cfg: ReplayConfig, meta: RolloutMeta, step: int | None,
     if dist.fsdp:
         for model in (policy, behavior, nxt):
             if model is not None:
-                shard_policy(model, cfg.device, dist.world_size)
+                shard_policy(model, cfg.device, dist.device_mesh())
     return StepModels(step, policy, behavior, nxt, ParamSnapshot(list(policy.model.parameters())),
                       state, target)
 
