@@ -31,8 +31,6 @@ SCHEMA_KEY = "pdm_replay.schema"
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 # tokens footer: each sweep variant `<mask>@<value>` -> {"mask": ..., "<field>": value}
 VARIANTS_KEY = "pdm_replay.mask_variants"
-# tokens footer: the thresholds the masks ran with (JSON of masks.Thresholds)
-THRESHOLDS_KEY = "pdm_replay.thresholds"
 CONVENTIONS = ("plus_sampled", "replace_last")
 LOGPROBS_MODES = ("raw", "processed")
 

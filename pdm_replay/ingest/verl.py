@@ -76,7 +76,6 @@ KEYS = ("responses", "attention_mask", "prompts", "response_mask", "rollout_log_
         "old_log_probs", "advantages", "rollout_topk_token_ids", "rollout_topk_logprobs",
         "old_topk_log_probs", "uid", "token_level_scores", "rewards", "global_steps", "step",
         "sample_id", *SAMPLING_KEYS)
-STRING_KEYS = ("uid", "sample_id")
 RECIPE = ("torch.save({**batch.batch, **batch.non_tensor_batch, 'global_steps': step, "
           "'temperature': batch.meta_info['temperature']}, path)")
 

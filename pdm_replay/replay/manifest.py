@@ -53,11 +53,6 @@ class RunLayout:
     def updates_part(self, seed: int, rank: int = 0) -> Path:
         return self.root / "updates" / f"seed={seed}" / f"part-{rank}.parquet"
 
-    def seed_parts(self, kind: str, seed: int) -> list[Path]:
-        """Every rank's part of ``kind`` (tokens | updates) for ``seed``, in rank order."""
-        parts = (self.root / kind / f"seed={seed}").glob("part-*.parquet")
-        return sorted(parts, key=lambda p: int(p.stem.split("-", 1)[1]))
-
     def done_marker(self, seed: int) -> Path:
         return self.root / "done" / f"seed={seed}.json"
 

@@ -10,7 +10,6 @@ Examples
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,14 +48,6 @@ def build_model(cfg: ModelConfig, vocab_size: int, *, bos_id: int, eos_id: int,
     # Default attention (sdpa), the kernel every later from_pretrained of the checkpoint
     # gets, so in-memory and reloaded models compute the same bits.
     return Qwen3ForCausalLM(config).float()
-
-
-def frozen_copy(model: Qwen3ForCausalLM) -> Qwen3ForCausalLM:
-    """An eval-mode copy of the current weights (a checkpoint held in memory)."""
-    clone = copy.deepcopy(model)
-    clone.eval()
-    clone.requires_grad_(False)
-    return clone
 
 
 def load_checkpoint(directory: Path | str, dtype: torch.dtype) -> PreTrainedModel:
