@@ -27,22 +27,29 @@ import torch
 from torch import Tensor
 
 from pdm_replay.masks import MASKS, Mask, Thresholds
-from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
 from pdm_replay.math.sums import pair_sums
 from pdm_replay.math.support import build_support, reduce_logged_pair
+from pdm_replay.math.token_builder import LoggedTopK, build_token_stats
 from pdm_replay.replay.step import surrogate_loss
 
 
 def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
                token_ids: Tensor | None, topk_ids: Tensor | None,
                topk_logp_behavior: Tensor | None, topk_logp_train: Tensor | None,
-               vocab_size: int | None) -> TokenStats:
+               vocab_size: int | None, top_k: int | None = None,
+               topk_convention: str = "plus_sampled") -> TokenStats:
     """TokenStats ``(N,)`` of flat loss tokens, detached: ``logp``, ``logp_behavior``,
     ``advantages``, ``token_ids`` ``(N,)``; top-K ids and log-probs ``(N, K)`` (None: the
     binary support {k} + tail, so only ratio / binary masks are meaningful, and the token
     ids are not needed). ``vocab_size`` None: the uniform-tail estimators see no unseen
-    token (they then equal the aggregated ones)."""
+    token (they then equal the aggregated ones). ``top_k`` / ``topk_convention``: as the
+    rollout/v1 footer's, they say which logged slots are genuine top-K entries of µ
+    (:class:`~pdm_replay.math.token_builder.LoggedTopK`), whose smallest probability caps
+    unseen µ_j in the sign certificate, as ``masks`` and ``replay`` do (the same builder);
+    ``top_k`` None: no cap, µ_tail alone bounds them (valid whatever the slots hold, but
+    looser, so ``pdm_kl_certified`` may certify fewer tokens than ``masks``)."""
     n = logp.shape[0]
     if token_ids is None:
         if topk_ids is not None:
@@ -60,20 +67,25 @@ def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
     support = build_support(token_ids.long(), topk_ids.long())
     sums = pair_sums(reduce_logged_pair(support, (d(logp_behavior), d(topk_logp_behavior)),
                                         (d(logp), d(topk_logp_train))))
-    return token_stats(sums, d(advantages), vocab_size if vocab_size is not None else
-                       support.ids.shape[1])
+    topk = (None if top_k is None else
+            LoggedTopK(topk_ids.long(), topk_logp_behavior.detach(), top_k, topk_convention))
+    return build_token_stats(sums, token_ids.long(), d(advantages),
+                             vocab_size if vocab_size is not None else support.ids.shape[1],
+                             topk)
 
 
 def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantages: Tensor,
                 loss_mask: Tensor, *, token_ids: Tensor | None = None,
                 topk_ids: Tensor | None = None, topk_logp_behavior: Tensor | None = None,
                 topk_logp_train: Tensor | None = None, vocab_size: int | None = None,
+                top_k: int | None = None, topk_convention: str = "plus_sampled",
                 thresholds: Thresholds = Thresholds(), n_tokens: int | None = None) -> Tensor:
     """The scalar surrogate of ``mask`` (a registered name or a built mask).
 
     ``logp`` ``(B, T)`` is log π(k_t) with gradient; ``logp_behavior``, ``advantages``,
     ``loss_mask``, ``token_ids`` ``(B, T)``; ``topk_ids`` and both top-K log-probs
     ``(B, T, K)`` (padding ids < 0; omit them and ``token_ids`` for ratio / binary masks).
+    ``top_k`` / ``topk_convention``: the log's K and convention (see :func:`mask_stats`).
     ``advantages`` may be ``(B, 1)`` (one per response, as TRL's). Each row of ``(B, T)``
     is one response (sequence masks reduce over its loss tokens). ``n_tokens``: the
     normaliser (default: the loss tokens here; pass the global count under data
@@ -85,7 +97,7 @@ def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantage
         return None if x is None else x[sel]
     stats = mask_stats(logp[sel], logp_behavior[sel], advantages[sel], pick(token_ids),
                        pick(topk_ids), pick(topk_logp_behavior), pick(topk_logp_train),
-                       vocab_size)
+                       vocab_size, top_k, topk_convention)
     rows = torch.arange(sel.shape[0], device=sel.device)[:, None].expand_as(sel)[sel]
     seqs = Segments(rows, torch.ones_like(rows, dtype=torch.bool))
     built = MASKS[mask].build(thresholds) if isinstance(mask, str) else mask

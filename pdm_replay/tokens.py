@@ -9,7 +9,8 @@ Examples
 >>> p = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "l.parquet", n_samples=2,
 ...                         response_len=3, vocab_size=40, top_k=4)
 >>> flat = next(iter_flat_tokens(p))
->>> table = token_table(flat, log_stats(flat, 40), build_masks(["none"], Thresholds()))
+>>> stats = log_stats(flat, 40, None)  # None: no footer read, no genuine-top-K cap
+>>> table = token_table(flat, stats, build_masks(["none"], Thresholds()))
 >>> table.num_rows, table.column("keep_none").to_pylist()
 (6, [True, True, True, True, True, True])
 """
@@ -25,11 +26,12 @@ import torch
 
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, weight_masks
-from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
-from pdm_replay.math.sums import PairSums, pair_sums
+from pdm_replay.math.sums import Pair, PairSums, pair_sums
 from pdm_replay.math.support import Support, build_support, reduce_logged_pair
-from pdm_replay.math.certificates import CERT_LABELS, genuine_topk, unseen_cap
+from pdm_replay.math.certificates import CERT_LABELS
+from pdm_replay.math.token_builder import LoggedTopK, build_token_stats
 from pdm_replay.schema import RolloutMeta, keep_column, tokens_schema, weight_column
 
 TRAIN_COLUMNS = ("train_logprobs", "train_topk_logprobs")
@@ -44,12 +46,13 @@ def cert_names() -> pa.Array:
     return pa.array([CERT_LABELS[c] for c in (-1, 0, 1)], type=pa.string())
 
 
-def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None, *,
+def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None, *,
               validated: bool = False) -> TokenStats:
     """Token statistics from logged µ and logged π (log-only mode). N = ``len(flat)``.
 
     ``meta`` (top-K size and convention) lets the sign certificate use the smallest genuine
-    top-K probability as a bound on unseen tokens; without it only µ_tail bounds them.
+    top-K probability as a bound on unseen tokens (:func:`flat_stats`); ``None`` only for a
+    log with no footer: then only µ_tail bounds them.
     ``validated=True`` says ``flat`` passed ``validate``'s checks
     (:func:`~pdm_replay.validate.check_batch`), so no top-K row repeats an id.
     The ``(N, K + 1)`` support math runs ``SUPPORT_CHUNK`` tokens at a time, so each
@@ -60,8 +63,27 @@ def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None = None
     parts = [log_pair_sums(flat.take(slice(s, s + SUPPORT_CHUNK)), known_unique=validated)
              for s in range(0, max(len(flat), 1), SUPPORT_CHUNK)]
     sums = parts[0] if len(parts) == 1 else PairSums.cat(parts)
-    return token_stats(sums, torch.from_numpy(flat.advantage), vocab_size,
-                       cap=log_cap(flat, meta) if meta is not None else None)
+    return flat_stats(flat, sums, vocab_size, meta)
+
+
+def flat_stats(flat: FlatTokens, pair: Pair, vocab_size: int, meta: RolloutMeta | None
+               ) -> TokenStats:
+    """Statistics ``(N,)`` of the tokens of ``flat`` from µ and π on their supports
+    (``pair``, π logged or recomputed): :func:`~pdm_replay.math.token_builder.build_token_stats`
+    with the log's top-K (:func:`logged_topk`), shared by ``masks`` and ``replay``."""
+    t = torch.from_numpy
+    return build_token_stats(pair, t(flat.token_id), t(flat.advantage), vocab_size,
+                             logged_topk(flat, meta))
+
+
+def logged_topk(flat: FlatTokens, meta: RolloutMeta | None) -> LoggedTopK | None:
+    """µ's logged top-K of ``flat`` ``(N, W)`` under the footer's ``top_k`` and
+    ``topk_convention`` (None without a footer)."""
+    if meta is None:
+        return None
+    t = torch.from_numpy
+    return LoggedTopK(t(flat.topk_ids), t(flat.topk_logprobs), meta.top_k,
+                      meta.topk_convention)
 
 
 def log_pair_sums(flat: FlatTokens, *, known_unique: bool = False) -> PairSums:
@@ -72,14 +94,6 @@ def log_pair_sums(flat: FlatTokens, *, known_unique: bool = False) -> PairSums:
     return pair_sums(reduce_logged_pair(
         support, (t(flat.logp_behavior), t(flat.topk_logprobs)),
         (t(flat.train_logprobs), t(flat.train_topk_logprobs))))
-
-
-def log_cap(flat: FlatTokens, meta: RolloutMeta) -> torch.Tensor:
-    """Bound ``(N,)`` on every unseen µ_j from the genuine logged top-K entries."""
-    t = torch.from_numpy
-    genuine = genuine_topk(t(flat.topk_ids), t(flat.token_id), meta.top_k,
-                           meta.topk_convention)
-    return unseen_cap(t(flat.topk_logprobs), genuine)
 
 
 def support_list(values: np.ndarray, valid: np.ndarray, type_: pa.DataType) -> pa.ListArray:

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.loss import policy_loss
+from pdm_replay.loss import mask_stats, policy_loss
 from pdm_replay.masks import MASKS, Thresholds
 from pdm_replay.math.segments import Segments
 from pdm_replay.replay.step import ParamSnapshot, simulated_step, surrogate_loss
+from pdm_replay.schema import RolloutMeta
 from pdm_replay.tokens import log_stats
 
 F64 = torch.float64
@@ -37,13 +38,15 @@ def setup(seed: int):
     return theta, lmu, k, topk, adv, loss_mask
 
 
-def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
-    """−Δθ of one SGD step at lr 1 as the replay takes it: statistics from the log-only
-    path (FlatTokens -> log_stats), weight × loss mask, surrogate_loss, simulated_step."""
+META = RolloutMeta(vocab_size=V, top_k=K, topk_convention="replace_last")  # as setup logs
+
+
+def flat_of(theta, lmu, k, topk, adv, loss_mask) -> FlatTokens:
+    """The tokens of :func:`setup` as the log-only path reads them (π logged from θ)."""
     with torch.no_grad():
         lpi = torch.log_softmax(theta, -1)
     n = B * T
-    flat = FlatTokens(
+    return FlatTokens(
         sample_id=np.array([f"s{r}" for r in range(B) for _ in range(T)], dtype=object),
         step=np.zeros(n, np.int64), row=np.repeat(np.arange(B), T),
         pos=np.tile(np.arange(T, dtype=np.int32), B), token_id=k.reshape(-1).numpy(),
@@ -53,7 +56,13 @@ def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
         topk_logprobs=lmu.gather(-1, topk).reshape(n, K).numpy(),
         train_logprobs=lpi.gather(-1, k[..., None]).reshape(-1).numpy(),
         train_topk_logprobs=lpi.gather(-1, topk).reshape(n, K).numpy())
-    stats = log_stats(flat, V)
+
+
+def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
+    """−Δθ of one SGD step at lr 1 as the replay takes it: statistics from the log-only
+    path (FlatTokens -> log_stats), weight × loss mask, surrogate_loss, simulated_step."""
+    flat = flat_of(theta, lmu, k, topk, adv, loss_mask)
+    stats = log_stats(flat, V, META)
     seqs = Segments.of(flat.row, flat.loss_mask)
     weight = MASKS[name].build(t).weight(stats, seqs) * torch.from_numpy(flat.loss_mask)
 
@@ -80,7 +89,7 @@ def test_policy_loss_gradient_is_the_simulated_step_gradient(name: str) -> None:
                        lmu.gather(-1, k[..., None])[..., 0], adv, loss_mask, token_ids=k,
                        topk_ids=topk, topk_logp_behavior=lmu.gather(-1, topk),
                        topk_logp_train=lpi.detach().gather(-1, topk), vocab_size=V,
-                       thresholds=t)
+                       top_k=K, topk_convention="replace_last", thresholds=t)
     (grad,) = torch.autograd.grad(loss, theta)
     # the step's Δθ = (θ − g) − θ rounds once at the scale of θ: half an ulp of |θ| per
     # entry (the gradient itself is the same float64 expression on both sides)
@@ -96,3 +105,23 @@ def test_masks_differ_so_the_gradient_test_is_not_vacuous() -> None:
     grads = {n: replay_gradient(n, theta, lmu, k, topk, adv, loss_mask, t) for n in MASK_NAMES}
     ref = replay_gradient("none", theta, lmu, k, topk, adv, loss_mask, t)
     assert all(not torch.equal(g, ref) for g in grads.values())
+
+
+def test_loss_statistics_are_the_log_only_statistics() -> None:
+    """policy_loss's statistics come from the builder ``masks`` and ``replay`` use: every
+    field equals log_stats' at the loss tokens, the genuine-top-K cap included (without
+    ``top_k`` the certificate interval is only looser, never narrower)."""
+    theta, lmu, k, topk, adv, loss_mask = setup(1)
+    flat = flat_of(theta, lmu, k, topk, adv, loss_mask)
+    want = log_stats(flat, V, META)
+    sel = torch.from_numpy(flat.loss_mask)
+    lpi = torch.log_softmax(theta.detach(), -1)
+    at_k = k[..., None]
+    args = (lpi.gather(-1, at_k)[..., 0][loss_mask], lmu.gather(-1, at_k)[..., 0][loss_mask],
+            adv[loss_mask], k[loss_mask], topk[loss_mask], lmu.gather(-1, topk)[loss_mask],
+            lpi.gather(-1, topk)[loss_mask], V)
+    got = mask_stats(*args, top_k=K, topk_convention="replace_last")
+    for name, value in want.as_dict().items():
+        assert torch.equal(got.as_dict()[name], value[sel]), name
+    loose = mask_stats(*args)  # no cap: µ_tail alone bounds the unseen tokens
+    assert (loose.dkl_hi >= got.dkl_hi).all() and (loose.dkl_hi > got.dkl_hi).any()

@@ -25,7 +25,8 @@ def test_support_chunks_change_no_bit(small_log: Path, chunk: int,
     pair = reduce_pair(s, gather_support_logprobs(s, t(flat.logp_behavior), t(flat.topk_logprobs)),
                        gather_support_logprobs(s, t(flat.train_logprobs),
                                                t(flat.train_topk_logprobs)))
-    want = token_stats(pair, t(flat.advantage), meta.vocab_size, tk.log_cap(flat, meta))
+    want = token_stats(pair, t(flat.advantage), meta.vocab_size,
+                       tk.logged_topk(flat, meta).cap(t(flat.token_id)))
     monkeypatch.setattr(tk, "SUPPORT_CHUNK", chunk)
     for validated in (False, True):  # a validated log skips only the repeated-id search
         got = tk.log_stats(flat, meta.vocab_size, meta, validated=validated)

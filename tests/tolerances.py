@@ -58,3 +58,14 @@ RUN_ATOL = LOGPROB_ATOL
 # the fixture's own float32 rounding of |log π| ≤ 16 (½ ulp): 128 ulps leaves room for a
 # different BLAS in the tiny model's forward.
 RECOMPUTE_VS_LOGGED = 128 * ulp32(TINY_LOGP_MAGNITUDE)  # 1.2e-4
+
+# The shipped sample's model (sample_data: Qwen3, hidden 64, vocabulary 4103): log π on
+# every logged support entry above -32 (measured min -23.1), binade [16, 32).
+SAMPLE_LOGP_MAGNITUDE = 16.0
+
+# `replay`'s recomputed log π against the train_logprobs the sample's trainer logged:
+# two float32 forwards of the same θ_t in different batches and programs (one GEMM of
+# hidden 64 per logit, a float32 log-sum-exp over 4103 logits, each a few ulps of the
+# logit's binade). Measured 8.8e-6 (4.6 ulps at [16, 32)), AVX-512, 2 steps x 32 samples
+# (tests/test_masks_replay_agree.py); the bound is 32 ulps.
+SAMPLE_RECOMPUTE_ATOL = 32 * ulp32(SAMPLE_LOGP_MAGNITUDE)  # 6.1e-5

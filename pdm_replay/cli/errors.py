@@ -154,12 +154,32 @@ def run_guarded(ctx: Any, command: str) -> Any:
         raise typer.Exit(INTERNAL)
 
 
+def untyped_flags(params: list[Any]) -> None:
+    """Give each on/off flag of ``params`` an empty metavar: Typer's rich help would show
+    ``<bool>`` beside it, a value the flag does not take (``--force``, not
+    ``--force true``)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
 class GuardedGroup(TyperGroup):
     """The app's command group: runs the chosen command through :func:`run_guarded`.
 
     ``TyperGroup.invoke`` re-done with the sub-context in reach, so the interrupt note
     can read the command's options (``--out``).
     """
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command, its on/off flags without Typer's ``<bool>`` type in ``--help``."""
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            untyped_flags([*cmd.params, cmd.get_help_option(ctx)])
+        return cmd
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        untyped_flags(self.get_params(ctx))  # the app's own --debug and --help
+        super().format_help(ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
         protected = getattr(ctx, "_protected_args", None)

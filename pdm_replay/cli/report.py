@@ -129,7 +129,9 @@ def sql(
     """Run one SQL query over a run's views (read-only: exactly one SELECT/WITH/FROM/
     DESCRIBE/SUMMARIZE statement; COPY, EXPORT, ATTACH, DDL and SET are refused, and the
     connection may read the run's files and nothing else). Example:
-    pdm-replay sql RUN "SELECT * FROM disagreements WHERE seed = $s" -p s 3"""
+    pdm-replay sql RUN 'SELECT * FROM disagreements WHERE seed = $s' -p s 3
+    (single quotes: inside double quotes the shell would expand $s before the query
+    sees it)."""
     from pdm_replay.report.produce import SqlConfig, run_sql
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
                     format=value(fmt), out=out, max_rows=max_rows, memory_limit=memory_limit,

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from pdm_replay.cli.app import app
-from pdm_replay.cli.common import console
+from pdm_replay.cli.common import console, fail
 
 if TYPE_CHECKING:
     from pdm_replay.validate import ValidationReport
@@ -64,9 +64,15 @@ def validate(
     """Check a rollout/v1 log: schema, footer metadata, lengths, id ranges, NaN/inf,
     log-probs <= 0, duplicate top-K ids, top-K mass, and behavior_logprobs vs top-K.
 
-    Exit code 0 when clean, 1 when any error was found.
+    Exit code 0 when clean, 1 when any error was found, 2 when there is no log to check
+    (a missing path, a directory without Parquet files).
     """
+    from pdm_replay.io.reader import list_parquet_files
     from pdm_replay.validate import validate_log  # torch: only when the command runs
+    try:
+        list_parquet_files(log)
+    except FileNotFoundError as exc:  # nothing to summarise: no table, the path once
+        fail(exc)
     report = validate_log(log, max_errors=max_errors)
     render_report(report)
     raise typer.Exit(0 if report.ok else 1)

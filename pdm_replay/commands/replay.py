@@ -150,7 +150,7 @@ def _pre_pass(ctx: ReplayContext, seed: int, rows: np.ndarray) -> Group:
     support, mu = log_support(flat)
     mu_hidden = behavior_hidden(ctx.behavior, batches) if ctx.behavior else None
     pi = forward_stats(ctx.policy, batches, support, ctx.pass_cfg, ctx.behavior, mu_hidden)
-    pre = pre_update(flat, support, mu, pi, ctx.policy.vocab_size)
+    pre = pre_update(flat, support, mu, pi, ctx.policy.vocab_size, ctx.meta)
     tokens = tokens_part(flat, pre, ctx.record_masks, seed, ctx.cfg.thresholds,
                          {"vocab_size": str(ctx.policy.vocab_size),
                           "source_log": str(ctx.cfg.log), **variant_footer(ctx.cfg)})

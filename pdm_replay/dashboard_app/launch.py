@@ -93,13 +93,21 @@ def streamlit_env(cfg: DashboardConfig, base: Mapping[str, str]) -> dict[str, st
 
 
 def check_ready(cfg: DashboardConfig) -> None:
-    """Fail before starting a server that could only show an error."""
+    """Fail before starting a server that could only show an error: the input is checked
+    as ``report`` and ``sql`` check it (:func:`~pdm_replay.report.dashboard_api.finished_run`:
+    a tokens/v1 file or a replay run directory; a rollout log or any other Parquet file is
+    refused). A replay still before its first seed is served: its pages say to wait."""
     for module in ("streamlit", "altair"):
         if importlib.util.find_spec(module) is None:
             raise ImportError(INSTALL_HINT)
     if not cfg.run.expanduser().exists():
         raise FileNotFoundError(f"{cfg.run}: no such run directory or tokens file; pass the "
                                 "output of `pdm-replay replay` (or `pdm-replay masks`)")
+    from pdm_replay.report.dashboard_api import RunNotReady, finished_run  # duckdb, pyarrow
+    try:
+        finished_run(cfg.run.expanduser())
+    except RunNotReady:
+        pass
 
 
 def run_dashboard(cfg: DashboardConfig, env: Mapping[str, str]) -> int:

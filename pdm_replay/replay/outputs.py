@@ -20,12 +20,12 @@ from torch import Tensor
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Mask, Thresholds
 from pdm_replay.math import divergence as dv
-from pdm_replay.math.metrics import TokenStats, token_stats
+from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.support import (Reduced, ReducedPair, Support, build_support,
                                      gather_support_logprobs, reduce_logprobs)
 from pdm_replay.replay.recompute import SupportStats
-from pdm_replay.schema import THRESHOLDS_KEY, UPDATES_V1
-from pdm_replay.tokens import support_logp_list, support_lists, token_table
+from pdm_replay.schema import THRESHOLDS_KEY, UPDATES_V1, RolloutMeta
+from pdm_replay.tokens import flat_stats, support_logp_list, support_lists, token_table
 
 NULL_WHERE_NAN = frozenset({"delta_kl_self", "delta_kl_cross"})  # attribution sample only
 
@@ -70,10 +70,12 @@ def log_support(flat: FlatTokens) -> tuple[Support, Reduced]:
 
 
 def pre_update(flat: FlatTokens, support: Support, mu: Reduced, pi: SupportStats,
-               vocab_size: int) -> PreUpdate:
-    """Token statistics of θ from the recomputed π and the logged µ."""
+               vocab_size: int, meta: RolloutMeta) -> PreUpdate:
+    """Token statistics of θ from the recomputed π and the logged µ, built as ``masks``
+    builds them (:func:`~pdm_replay.tokens.flat_stats`: the log's top-K under ``meta``'s
+    ``top_k`` / ``topk_convention`` caps unseen µ_j in the sign certificate)."""
     pair = ReducedPair(support, mu, pi.reduced())
-    stats = token_stats(pair, torch.from_numpy(flat.advantage), vocab_size)
+    stats = flat_stats(flat, pair, vocab_size, meta)
     return PreUpdate(support, mu, pi, stats)
 
 

@@ -66,10 +66,11 @@ def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: i
     sb = seed_batch(LogIndex.of(Path(log)), samples, seed, policy.vocab_size)
     flat = sb.flat
     batches = micro_batches(sb.prompts, sb.responses, micro_batch)
-    cfg = PassConfig(temperature=read_meta(log).temperature or 1.0, chunk_tokens=chunk_tokens)
+    meta = read_meta(log)
+    cfg = PassConfig(temperature=meta.temperature or 1.0, chunk_tokens=chunk_tokens)
     support, mu = log_support(flat)
     pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),
-                     policy.vocab_size)
+                     policy.vocab_size, meta)
     inputs = LossInputs(*(torch.from_numpy(a) for a in (flat.token_id, flat.logp_behavior,
                                                          flat.advantage)))
     snap = ParamSnapshot(list(policy.model.parameters()))

@@ -132,8 +132,8 @@ def _check_schema(path: Path, schema_id: str, required: tuple[str, ...],
     found = md.get(SCHEMA_KEY)
     if found not in (None, schema_id):
         raise ValueError(f"{path}: footer {SCHEMA_KEY}={found!r}, expected {schema_id!r}; "
-                         "`pdm-replay report` reads the output of `pdm-replay masks` or "
-                         "`pdm-replay replay`, not a rollout log")
+                         "`pdm-replay report`, `sql` and `dashboard` read the output of "
+                         "`pdm-replay masks` or `pdm-replay replay`, not a rollout log")
     missing = [c for c in required if c not in schema.names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} of {schema_id}; "

@@ -130,7 +130,7 @@ def _updates(rng: np.random.Generator, tok: pa.Table, true: dict[str, np.ndarray
 def _write_part(run_dir: Path, rng: np.random.Generator, flat: FlatTokens, seed: int,
                 part: int, cfg: dict) -> None:
     """tokens and updates of one part: the real log-only statistics and mask registry."""
-    stats = log_stats(flat, cfg["vocab_size"])
+    stats = log_stats(flat, cfg["vocab_size"], None)  # in-memory tokens: no log footer
     true_kl = stats.dkl_agg.numpy() * (1.0 + rng.normal(0.0, 0.1, len(flat)))
     extra = None
     if cfg["exact"]:

@@ -26,6 +26,7 @@ import torch
 
 from pdm_replay.io.reader import iter_flat_tokens, iter_record_batches, read_meta
 from pdm_replay.math.metrics import TokenStats
+from pdm_replay.schema import RolloutMeta
 from pdm_replay.tokens import log_stats
 
 DELTA_KL = 0.15
@@ -89,12 +90,12 @@ def _quantile(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if x.size else float("nan")
 
 
-def _token_arrays(path: Path | str, vocab_size: int, top_k: int) -> dict[str, np.ndarray]:
+def _token_arrays(path: Path | str, meta: RolloutMeta) -> dict[str, np.ndarray]:
     parts: dict[str, list[np.ndarray]] = {}
     for flat in iter_flat_tokens(path):
         keep = flat.loss_mask
-        stats = log_stats(flat, vocab_size)
-        lp = torch.from_numpy(flat.topk_logprobs[:, :top_k]).double()
+        stats = log_stats(flat, meta.vocab_size, meta)
+        lp = torch.from_numpy(flat.topk_logprobs[:, :meta.top_k]).double()
         cols = {"mass": torch.logsumexp(lp, -1).exp().numpy(),
                 "disagree": direction_disagreement(stats).numpy()}
         cols.update({k: stats.as_dict()[k].numpy()
@@ -115,7 +116,7 @@ def _rewards_and_steps(path: Path | str) -> tuple[np.ndarray, np.ndarray]:
 def log_statistics(path: Path | str, delta_kl: float = DELTA_KL) -> SampleStats:
     """:class:`SampleStats` of the rollout/v1 log at ``path`` (file or directory)."""
     meta = read_meta(path)
-    a = _token_arrays(path, meta.vocab_size, meta.top_k)
+    a = _token_arrays(path, meta)
     all_rewards, steps = _rewards_and_steps(path)
     rewards = all_rewards[~np.isnan(all_rewards)]
     out = a["kl_topk"] > delta_kl

@@ -22,6 +22,19 @@ def test_validate_errors_exit_1(tmp_path: Path, small_log: Path) -> None:
     assert res.exit_code == 1 and "missing-column" in res.output
 
 
+def test_validate_missing_path_exits_2_naming_it_once(tmp_path: Path) -> None:
+    """No log to check is an input error (README: exit 2), not a finding: no summary
+    table of zeros, the path said once."""
+    (tmp_path / "empty").mkdir()
+    for path, why in ((tmp_path / "absent.parquet", "no such file or directory"),
+                      (tmp_path / "empty", "holds no .parquet files")):
+        res = runner.invoke(app, ["validate", str(path)])
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, res.output
+        assert said.count(str(path)) == 1 and why in said, said
+        assert "samples" not in said and "rollout log" not in said, said
+
+
 def test_masks_cli_writes_tokens_and_prints_summary(tmp_path: Path, small_log: Path) -> None:
     out = tmp_path / "t.parquet"
     res = runner.invoke(app, ["masks", str(small_log), "--out", str(out), "--masks",

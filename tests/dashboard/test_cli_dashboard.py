@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -72,6 +74,19 @@ def test_missing_run_is_an_error_before_starting(started, tmp_path: Path) -> Non
     result = runner.invoke(app, ["dashboard", str(tmp_path / "nope")])
     assert result.exit_code == 2 and not started
     assert "no such run directory" in said(result)
+
+
+def test_non_tokens_parquet_refused_before_serving(started, tmp_path: Path,
+                                                   small_log: Path) -> None:
+    """The input is checked as `report` and `sql` check it: a rollout log or a Parquet file
+    of other columns is refused before a server starts, the error said once."""
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), other)
+    for path, why in ((small_log, "expected 'tokens/v1'"), (other, "missing column")):
+        result = runner.invoke(app, ["dashboard", str(path)])
+        assert result.exit_code == 2 and not started, result.output
+        assert why in said(result) and said(result).count("error:") == 1, result.output
+        assert "serving" not in said(result)
 
 
 def test_bad_port(started, run_dir: Path) -> None:

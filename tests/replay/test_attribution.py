@@ -200,9 +200,9 @@ def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
 
 
 def test_sample_holds_every_disagreement_token():
-    vocab = read_meta(SAMPLE / "rollouts").vocab_size
-    flat = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 64, 0, vocab).flat
-    stats, loss = log_stats(flat, vocab), flat.loss_mask  # logged π: no model needed
+    meta = read_meta(SAMPLE / "rollouts")
+    flat = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 64, 0, meta.vocab_size).flat
+    stats, loss = log_stats(flat, meta.vocab_size, meta), flat.loss_mask  # logged π
     thresholds = Thresholds()
     dis = np.flatnonzero(disagreement_tokens(stats, thresholds) & loss)
     assert dis.size > 0
