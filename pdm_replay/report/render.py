@@ -276,19 +276,36 @@ def display_frame(key: str, frame: pl.DataFrame, confidence: float = 0.95) -> pl
                         schema={h: pl.String for h in header})
 
 
-def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
-    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
-    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
-    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
-                      color_system=None)
+def verdict_lines(report: Report) -> list[str]:
+    """The verdict (:mod:`.verdict`), one paragraph per comparison, what every format and
+    the dashboard print first."""
+    return [(f"step {v.step}: " if v.step is not None else "") + v.text
+            for v in report.verdicts]
+
+
+def _print_opening(console: Console, report: Report) -> list[str]:
+    """Title, verdict, coverage, warnings and the headline sentences; returns the legend."""
     cover, warns, legend = preamble(report)
     console.print(f"[bold]pdm_replay report[/] — {report.info.source}; thresholds "
                   f"{thresholds_text(report)}", highlight=False)
+    if report.verdicts:
+        console.print("[bold]Verdict[/]")
+    for line in verdict_lines(report):
+        console.print(f"» {line}", highlight=False)
     console.print(f"coverage: {cover}", highlight=False)
     for w in warns:
         console.print(f"[bold]warning:[/] {w}", highlight=False)
     for line in headline_sentences(report):
         console.print(f"• {line}", highlight=False)
+    return legend
+
+
+def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
+    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
+    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
+    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
+                      color_system=None)
+    legend = _print_opening(console, report)
     for key, title, frame in report.sections():
         header, rows, left_out = _terminal_cells(key, frame, report.confidence, wide)
         table = Table(title=title, title_justify="left")
@@ -323,7 +340,11 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def render_markdown(report: Report) -> str:
     cover, warns, legend = preamble(report)
     parts = [f"# pdm_replay report\n\n`{report.info.source}`; thresholds "
-             f"{thresholds_text(report)}.\n\n**Coverage:** {cover}\n"]
+             f"{thresholds_text(report)}.\n"]
+    if report.verdicts:
+        parts.append("## Verdict\n\n" + "\n".join(f"- {v}" for v in verdict_lines(report))
+                     + "\n")
+    parts.append(f"**Coverage:** {cover}\n")
     if warns:
         parts.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns) + "\n")
     parts.append("\n".join(f"- {s}" for s in headline_sentences(report)) + "\n")
@@ -361,8 +382,11 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
     """One self-contained page: tables, notes and the PNG ``plots`` inlined as base64."""
     cover, warns, legend = preamble(report)
     parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(report.info.source))}"
-             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"
-             f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>']
+             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"]
+    if report.verdicts:
+        parts.append('<h2>Verdict</h2><ul class="verdict">' + "".join(
+            f"<li>{html.escape(v)}</li>" for v in verdict_lines(report)) + "</ul>")
+    parts.append(f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>')
     if warns:
         parts.append('<h2>Warnings</h2><ul class="warnings">' + "".join(
             f'<li class="warning">{html.escape(w)}</li>' for w in warns) + "</ul>")

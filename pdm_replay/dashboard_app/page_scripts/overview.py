@@ -61,6 +61,9 @@ def render() -> None:
     ov = data(run, overview)
     _manifest(run, ov)
     head = ov.headline
+    if ov.verdict:
+        st.subheader("Verdict")
+        st.markdown("\n".join(f"- {v}" for v in ov.verdict))
     st.caption(f"Coverage: {ov.coverage}")
     for w in ov.warnings:
         st.warning(w.message, icon="⚠️")
