@@ -142,7 +142,7 @@ def _excludes_zero(r: dict[str, Any]) -> bool:
 def _rate_sentence(r: dict[str, Any], n: dict[str, int], label: str,
                    confidence: float, *, judge: bool = True) -> str:
     """Rule 2: one basis's rates, difference and interval."""
-    text = (f"{_name(r)}, {label}: unsafe keeps ratio "
+    text = (f"{label}: unsafe keeps ratio "
             f"{pct(r['unsafe_ratio_pooled'])} vs predictive "
             f"{pct(r['unsafe_predictive_pooled'])} ({n['n_ratio']:,} / "
             f"{n['n_predictive']:,} kept disagreement tokens), ratio − predictive "
@@ -154,6 +154,14 @@ def _rate_sentence(r: dict[str, Any], n: dict[str, int], label: str,
         lower = "predictive" if r["ci_low"] > 0 else "ratio"
         return text + f": the interval excludes 0, the {lower} mask keeps fewer unsafe tokens."
     return text + ": the interval includes 0, no resolved difference."
+
+
+def _neither(trainer_mask: str | None) -> str:
+    """An ``actual`` basis the trainer's mask is no side of (rule 3 does not apply)."""
+    if trainer_mask is None:
+        return " (the run does not record the trainer's mask)."
+    return (f" (the trainer's mask {trainer_mask} is neither side; the tokens it dropped "
+            "may still fall on either side).")
 
 
 def _seed_sentence(r: dict[str, Any]) -> str:
@@ -242,21 +250,25 @@ def comparison_verdict(rows: dict[str, dict[str, Any]], counts: dict[str, dict[s
         return Verdict(sentences=(_log_only(rows, kind),), basis=None, resolved=False,
                        tokens_needed_per_side=None, **base)
     out, need = [], None
+    resolved = rest is not None and _excludes_zero(rows[rest])
     if rest is not None:
         label = BASIS_WORDS[rest] + " (unconfounded)"
-        out.append(_rate_sentence(rows[rest], numbers[rest], label, confidence))
-    if "actual" in rated and rest != "actual":
-        out.append(_confounded_sentence(rows["actual"], numbers["actual"], side,
-                                        trainer_mask or "", confidence) if side else
-                   _rate_sentence(rows["actual"], numbers["actual"],
-                                  BASIS_WORDS["actual"], confidence))
-    if rest is None:
-        out.append("No unconfounded basis has rates (replay both masks with --update-masks).")
-    out.append(_seed_sentence(rows[rest or "actual"]))
-    resolved = rest is not None and _excludes_zero(rows[rest])
+        out += [_name(first) + ", " + _rate_sentence(rows[rest], numbers[rest], label,
+                                                     confidence),
+                _seed_sentence(rows[rest])]
     if rest is not None and not resolved:
         text, need = _power_sentence(rows[rest], numbers[rest], confidence)
         out.append(text)
+    if "actual" in rated and rest != "actual":
+        text = (_confounded_sentence(rows["actual"], numbers["actual"], side,
+                                     trainer_mask or "", confidence) if side else
+                _rate_sentence(rows["actual"], numbers["actual"], BASIS_WORDS["actual"],
+                               confidence, judge=False)[:-1] + _neither(trainer_mask))
+        out.append(text[0].upper() + text[1:] if rest is not None else _name(first) + ", "
+                   + text)
+    if rest is None:
+        out += ["No unconfounded basis has rates (replay both masks with --update-masks).",
+                _seed_sentence(rows["actual"])]
     return Verdict(sentences=tuple(out), basis=rest, resolved=resolved,
                    tokens_needed_per_side=need, **base)
 

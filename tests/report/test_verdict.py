@@ -47,22 +47,27 @@ def test_own_first_and_actual_confounded_by_the_trainers_side() -> None:
     assert v.basis == "own" and v.confounded_side == "ratio" and not v.resolved
     assert "own update (unconfounded)" in v.sentences[0]
     assert "includes 0" in v.sentences[0]
-    assert "(confounded)" in v.sentences[1] and "the ratio side" in v.sentences[1]
-    assert "predictive side's are tokens the trainer dropped" in v.sentences[1]
-    assert "excludes 0" not in v.sentences[1]  # a confounded basis decides nothing
-    assert "13 independent seeds" in v.sentences[2]
+    assert "13 independent seeds" in v.sentences[1]
     assert v.tokens_needed_per_side == tokens_needed(0.274, 0.263)
-    assert f"{v.tokens_needed_per_side:,} kept disagreement tokens per side" in v.sentences[3]
+    assert f"{v.tokens_needed_per_side:,} kept disagreement tokens per side" in v.sentences[2]
+    assert v.sentences[3].startswith("Under the trainer's actual update (confounded)")
+    assert "the ratio side" in v.sentences[3]
+    assert "predictive side's are tokens the trainer dropped" in v.sentences[3]
+    assert "excludes 0" not in v.sentences[3]  # a confounded basis decides nothing
     # the predictive mask as the trainer's: the other side is confounded
     w = comparison_verdict(rows, {b: N for b in rows}, kind="replay",
                            trainer_mask="pdm_kl_agg")
-    assert w.confounded_side == "predictive" and "ratio side's are tokens" in w.sentences[1]
+    assert w.confounded_side == "predictive" and "ratio side's are tokens" in w.sentences[3]
+    # the trainer's mask on neither side: actual is stated, unjudged
+    x = comparison_verdict(rows, {b: N for b in rows}, kind="replay", trainer_mask="ppo_clip")
+    assert x.confounded_side is None and "ppo_clip is neither side" in x.sentences[3]
 
 
 def test_an_unconfounded_actual_is_judged_and_an_excluded_zero_resolves() -> None:
     rows = {"actual": _row("actual", ci_low=0.01, ci_high=0.05)}
     v = comparison_verdict(rows, {"actual": N}, kind="replay", trainer_mask="ppo_clip")
     assert v.basis == "actual" and v.resolved and v.confounded_side is None
+    assert v.sentences[0].startswith("dppo_topk_kl vs pdm_kl_agg (out of region: kl_topk")
     assert "the predictive mask keeps fewer unsafe tokens" in v.sentences[0]
     assert v.tokens_needed_per_side is None and len(v.sentences) == 2
     lower = comparison_verdict({"own": _row("own", ci_low=-0.05, ci_high=-0.01)},
