@@ -74,6 +74,12 @@ MIN_SEEDS = 6
 # tokens beyond it means the reloaded behavior model is not the engine's.
 MIN_WITHIN_ROUNDING = 0.99
 
+# Mean |Δ log π(k)| (nats) between the replay's recomputed π and the log's train_logprobs
+# above which the checkpoint is not the policy that scored the log: a float32 recompute of
+# the same policy differs by ~1e-6 (the shipped sample: mean 5e-7, max 4e-5), a wrong step
+# or temperature by tenths of a nat.
+DEVIATION_WARN = 0.05
+
 BASIS_LINE = {"actual": "actual (the trainer's real step)",
               "own": "own (each mask's own simulated update)",
               "none": "none (the keep-all update)"}
@@ -98,6 +104,7 @@ class ReportWarning:
     """One data-quality warning: a stable ``code`` and the sentence shown."""
 
     code: str  # few_tokens | few_seeds | seeds_overlap | behavior_mismatch | partial_run
+    #            | recompute_mismatch | no_updates
     message: str
     threshold: float | None = None  # the limit crossed (MIN_TOKENS, ...), where there is one
 
@@ -127,7 +134,9 @@ def coverage_line(c: Coverage) -> str:
     of_log = (f" of the log's {c.log_samples:,}" if c.log_samples is not None
               else " (the whole log)" if c.kind == "masks" else "")
     text = (f"{c.kind}: {c.n_samples:,} samples{of_log}, {c.n_tokens:,} tokens over "
-            f"{c.n_seeds} seed{'s' * (c.n_seeds != 1)}")
+            f"{c.n_seeds} seed{'s' * (c.n_seeds != 1)}"
+            + (" (`masks` output has no seeds: the whole log is one)" if c.kind == "masks"
+               else ""))
     if c.kind == "replay" and c.log_samples is None:
         text += " (the manifest does not record the log's size)"
     text += ("; out-of-region and disagreement counts need no update (π before the step)")
@@ -150,8 +159,28 @@ def report_warnings(db: ReportDB, seed_rates: pl.DataFrame, headline: pl.DataFra
             "or a replay from before disjoint seeds), so seeds are not independent: "
             "sign-test and Wilcoxon p-values are not shown; the intervals resample samples "
             "(clustered), which stays valid")))
-    out += _behavior(behavior_fidelity) + _few_tokens(seed_rates) + _few_seeds(headline)
-    return out
+    out += _recompute(db.info.recompute_deviation) + _behavior(behavior_fidelity)
+    if coverage.kind == "masks":
+        return out + [ReportWarning("no_updates", (
+            "this is `pdm-replay masks` output: it has every mask's decisions and the "
+            "divergences, but no ΔD (no simulated update), so no unsafe-keep rate, seed "
+            "outcome or p-value; run `pdm-replay replay` on the log with the training "
+            "checkpoint to measure them"))]
+    return out + _few_tokens(seed_rates) + _few_seeds(headline)
+
+
+def _recompute(dev: dict[str, Any] | None) -> list[ReportWarning]:
+    """The replay's recomputed π vs the log's train log-probs (manifest
+    ``recompute_deviation``), beyond :data:`DEVIATION_WARN`."""
+    if not dev or dev.get("mean") is None or dev["mean"] <= DEVIATION_WARN:
+        return []
+    tokens = f" over {dev['tokens']:,} tokens" if dev.get("tokens") else ""
+    return [ReportWarning("recompute_mismatch", (
+        f"the replay's recomputed π does not reproduce the log's train_logprobs: mean "
+        f"|Δ log π(k)| {dev['mean']:.3g} nats, max {dev['max']:.3g}{tokens} (expected ≤ "
+        f"{DEVIATION_WARN}): the checkpoint is not the policy that scored this log (step, "
+        "temperature or dtype), so ΔD and every rate are measured from another policy"),
+        DEVIATION_WARN)]
 
 
 def _partial(c: Coverage) -> list[ReportWarning]:
