@@ -62,6 +62,36 @@ LEGEND: tuple[tuple[str, str], ...] = (
                               "kept down"),
     ("ΔD > 0", "mask comparison: the share of measured out-of-region tokens whose divergence "
                "grew under the mask's own update"),
+    ("verdict", "the plain sentences the report opens with, one paragraph per comparison, "
+                "written by the rules of pdm_replay/report/verdict.py from these tables"),
+    ("agg / uniform", "the two top-K estimators of the slope Ḋ (SPEC §4): agg treats the "
+                      "unlogged tail as one atom (π_tail, µ_tail); uniform spreads it over "
+                      "the n − m unlogged tokens. exact: the full-vocabulary Ḋ from the "
+                      "reloaded behavior model"),
+    ("sign accuracy", "the share of tokens whose predicted direction sign(Â)·(r − 1) (ratio) "
+                      "or sign(Â)·Ḋ (predictive agg / uniform / exact) equals sign(ΔD) under "
+                      "the update; a zero on either side counts as a miss"),
+    ("away / toward / uncertain", "sign certificates: the logged support bounds the "
+                                  "full-vocabulary Ḋ_kl in [dkl_lo, dkl_hi]; away (toward): "
+                                  "sign(Â)·Ḋ > 0 (< 0) over the whole interval, whatever the "
+                                  "tail held; uncertain: the interval straddles 0"),
+    ("n_tokens / n_seeds", "log health: loss tokens read, and seeds (masks output: the whole "
+                           "log is one)"),
+    ("n_mass_overflow / mass_overflow_fraction", "log health: tokens whose logged top-K µ mass "
+                                                 "exceeds 1 (µ_tail clamped to 0), count and "
+                                                 "share"),
+    ("n_nonfinite", "log health: tokens with a non-finite ratio, kl_topk or tv_topk (never "
+                    "out of region)"),
+    ("n_zero_advantage", "log health: tokens with Â = 0 (every mask keeps them; no direction)"),
+    ("n_exact", "log health: tokens with the exact full-vocabulary columns "
+                "(--behavior-checkpoint)"),
+    ("n_update_rows", "log health: updates/v1 rows (one per token and simulated update)"),
+    ("recompute_deviation_max / recompute_deviation_mean",
+     "log health: max and mean |Δ log π(k)| between the replay's recomputed π and the log's "
+     "train_logprobs (nats; a mean above 0.05: a warning)"),
+    ("kind / has_updates / thresholds_source", "log health: replay or masks output, whether "
+                                               "ΔD was measured, where the thresholds were "
+                                               "read from"),
 )
 LEGEND_TEXT = dict(LEGEND)
 

@@ -43,3 +43,15 @@ def test_masks_output_says_it_has_no_delta_d(hand_masks_file: Path) -> None:
     assert seeds == {1} and report.coverage.n_seeds == 1
     assert report.log_health["n_seeds"][0] == 1
     assert "over 1 seed (`masks` output has no seeds" in coverage_line(report.coverage)
+
+
+def test_the_legend_defines_every_log_health_field(hand_run: Path) -> None:
+    from pdm_replay.report.legend import LEGEND_TEXT
+
+    with connect(hand_run) as db:
+        report = build_report(db, bootstrap_samples=50)
+    defined = {name.strip() for key in LEGEND_TEXT for name in key.split("/")}
+    fields = set(report.log_health.columns)
+    assert fields <= defined, fields - defined
+    for term in ("agg / uniform", "sign accuracy", "away / toward / uncertain", "verdict"):
+        assert term in LEGEND_TEXT
