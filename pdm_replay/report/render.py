@@ -16,6 +16,7 @@ import dataclasses
 import html
 import io
 import json
+import re
 from typing import Any, Mapping
 
 import polars as pl
@@ -90,12 +91,26 @@ def format_value(column: str, value: Any) -> str:
     return f"{value:.4g}"
 
 
+def threshold_cell(r: dict[str, Any]) -> str:
+    """A comparison's threshold as shown: δ, or the band of a two-sided region (the IcePop
+    pair's ``ratio ∉ [0.5, 5.0]`` reads ``[0.5, 5.0]``, not ``0.5``).
+
+    >>> threshold_cell({"delta": 0.5, "region": "ratio ∉ [0.5, 5.0]"})
+    '[0.5, 5.0]'
+    >>> threshold_cell({"delta": 0.15, "region": "kl_topk > 0.15"})
+    '0.15'
+    """
+    region = r.get("region") or ""
+    return region.split(" ∉ ", 1)[1] if " ∉ " in region else format_value("delta", r["delta"])
+
+
 def headline_display(headline: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     """The headline's rates as strings with readable labels."""
     rows = []
     for r in headline.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
         row.update({label: format_value(k, r[k]) for k, label in HEADLINE_LABELS.items()})
+        row["δ"] = threshold_cell(r)
         rows.append(row)
     columns = list(rows[0]) if rows else list(HEADLINE_LABELS.values())
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
@@ -122,6 +137,7 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
         row.update({HEADLINE_LABELS[k]: format_value(k, r[k])
                     for k in ("basis", "pair", "family", "estimator", "region", "delta",
                               "n_seeds")})
+        row["δ"] = threshold_cell(r)
         row["W/L/T/empty"] = f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
         row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
         row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
@@ -224,7 +240,13 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
                         "sign test p", "Wilcoxon p"),
           "mask_comparison": ("step", "mask", "divergence", "keep", "out of region",
                               "out of region kept", "median ΔD", "p90 ΔD", "ΔD > 0",
-                              "update")}
+                              "update"),
+          # the rates first, then the counts they are over; family / estimator / region
+          # repeat the pair's
+          "seed_rates": ("step", "seed", "basis", "pair", "region", "unsafe ratio",
+                         "unsafe predictive", "unsafe diff", "outcome", "n measured ratio",
+                         "n measured predictive", "n disagree")}
+LABELLED = ("headline", "seed_wins", "mask_comparison")  # sections with display labels
 TERMINAL_WIDTH = 100
 
 
@@ -233,13 +255,28 @@ def column_label(name: str) -> str:
     return name.replace("_", " ")
 
 
+def column_width(header: list[str], rows: list[list[str]], i: int) -> int:
+    """Column ``i``'s width: its widest cell (a pair ``a vs b`` wraps after ``vs``) or its
+    longest header word.
+
+    >>> column_width(["pair"], [["dppo_topk_kl vs pdm_kl_agg"]], 0)
+    15
+    >>> column_width(["region"], [["ratio ∉ [0.5, 5.0]"]], 0)
+    10
+    """
+    cells = [r[i] for r in rows]
+    if header[i] in ("pair", "region"):  # rich wraps them at these spaces
+        cells = [part for c in cells for part in re.split(r"(?<=vs) |(?<=[>∉<]) ", c)]
+    return max([len(c) for c in cells] + [max(map(len, header[i].split() or [""]))])
+
+
 def fit_columns(header: list[str], rows: list[list[str]], width: int
          ) -> tuple[list[int], list[str]]:
     """Indices of the leading columns that fit ``width`` (each at its widest cell or its
     longest header word, + 3 for borders and padding), and the names left out."""
     used, keep = 1, []
     for i, h in enumerate(header):
-        need = max([len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]) + 3
+        need = column_width(header, rows, i) + 3
         if keep and used + need > width:
             return keep, [header[j] for j in range(i, len(header))]
         keep.append(i)
@@ -250,7 +287,7 @@ def fit_columns(header: list[str], rows: list[list[str]], width: int
 def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
-    if key not in NARROW:
+    if key not in LABELLED:
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []
@@ -310,8 +347,8 @@ def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False
         header, rows, left_out = _terminal_cells(key, frame, report.confidence, wide)
         table = Table(title=title, title_justify="left")
         for i, h in enumerate(header):  # headers wrap at words; cells stay whole
-            table.add_column(h, overflow="fold", width=None if wide else max(
-                [len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]))
+            table.add_column(h, overflow="fold", width=None if wide else
+                             column_width(header, rows, i))
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
