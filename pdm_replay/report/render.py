@@ -400,7 +400,9 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=False, default=str) + "\n"
 
 
+# .wide scrolls a table wider than the window (a 1,280 px screen) instead of the page
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+.wide{overflow-x:auto;max-width:100%}code{background:#f3f3f3;padding:0 0.2em}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
@@ -408,11 +410,21 @@ img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}.warning{color:#a00
 td{white-space:nowrap}dt{font-weight:bold}dd{margin:0 0 0.4em 1.5em}"""
 
 
+def inline(text: str) -> str:
+    """``text`` as HTML, its Markdown-style `code` spans as ``<code>`` (no raw backticks).
+
+    >>> inline("update `none` & <b>")
+    'update <code>none</code> &amp; &lt;b&gt;'
+    """
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
                    for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
@@ -422,27 +434,27 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
              f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"]
     if report.verdicts:
         parts.append('<h2>Verdict</h2><ul class="verdict">' + "".join(
-            f"<li>{html.escape(v)}</li>" for v in verdict_lines(report)) + "</ul>")
-    parts.append(f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>')
+            f"<li>{inline(v)}</li>" for v in verdict_lines(report)) + "</ul>")
+    parts.append(f'<p class="coverage"><b>Coverage:</b> {inline(cover)}</p>')
     if warns:
         parts.append('<h2>Warnings</h2><ul class="warnings">' + "".join(
-            f'<li class="warning">{html.escape(w)}</li>' for w in warns) + "</ul>")
-    parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>"
+            f'<li class="warning">{inline(w)}</li>' for w in warns) + "</ul>")
+    parts.append("<ul>" + "".join(f"<li>{inline(s)}</li>"
                                   for s in headline_sentences(report)) + "</ul>")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         why = report.section_notes.get(key)
-        parts.append(f"<h2>{html.escape(title)}</h2>"
+        parts.append(f"<h2>{inline(title)}</h2>"
                      + (_html_table(header, rows) if rows else "<p>(no rows)</p>")
-                     + (f'<p class="note">{html.escape(why)}</p>' if why else ""))
+                     + (f'<p class="note">{inline(why)}</p>' if why else ""))
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<h2>{html.escape(PLOT_TITLES.get(name, name))}</h2>"
+        parts.append(f"<h2>{inline(PLOT_TITLES.get(name, name))}</h2>"
                      f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
     parts.append("<h2>Legend</h2><dl>" + "".join(
-        f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>" for t, x in LEGEND) + "</dl>")
+        f"<dt>{inline(t)}</dt><dd>{inline(x)}</dd>" for t, x in LEGEND) + "</dl>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(
-            f'<li class="note">{html.escape(n)}</li>' for n in report.notes) + "</ul>")
+            f'<li class="note">{inline(n)}</li>' for n in report.notes) + "</ul>")
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>pdm_replay report"
             f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
