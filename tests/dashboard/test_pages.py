@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.report import api, dashboard_api as dapi
+from pdm_replay.report.build import build_report
 from pdm_replay.report.run_info import discover_run
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
@@ -79,6 +80,18 @@ def count(run_dir: Path, **flt) -> int:
     db, _ = dapi.connect_dashboard(run_dir)
     with db:
         return dapi.disagreement_count(db, dapi.DisagreementFilter(**flt))
+
+
+def test_overview_opens_with_the_reports_verdict(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Overview")
+    assert_clean(at)
+    subheads = [s.value for s in at.subheader]
+    assert subheads.index("Verdict") < subheads.index("Headline: ratio vs predictive masks")
+    db, _ = dapi.connect_dashboard(run_dir)
+    with db:
+        report = build_report(db, bootstrap_samples=2000)
+    shown = texts(at.markdown)
+    assert all(v.text in shown for v in report.verdicts) and report.verdicts
 
 
 def test_the_default_filter_counts_what_the_headline_counts(app_for, run_dir: Path) -> None:
