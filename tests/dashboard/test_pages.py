@@ -163,6 +163,10 @@ def test_divergence_histograms_terms_and_sample_size(app_for, run_dir: Path) -> 
     assert shown(smaller) <= 1000 and shown(smaller) <= shown(caption)
     predictors = set(at.dataframe[0].value["predictor"])
     assert {"ratio", "predictive_agg", "predictive_uniform"} <= predictors
+    # the heading names the updates its rows are under, in their order
+    bases = list(dict.fromkeys(at.dataframe[0].value["basis"]))
+    heading = next(s.value for s in at.subheader if s.value.startswith("Sign accuracy"))
+    assert [b for b in ("actual", "none") if f"`{b}`" in heading] == bases
 
 
 def test_estimators_page(app_for, run_dir: Path) -> None:
