@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from pdm_replay.commands.replay import ReplayResult
 
 
-DEVIATION_WARN = 0.05  # mean |Δ log π(k)| (nats) above which the checkpoint looks wrong
 SWEEP_HELP = ("; several values separated by commas (0.05,0.15) sweep it: each mask that "
               "reads it is simulated and recorded once per value, as MASK@VALUE")
 # replay's threshold options take value lists (masks' take one value: cli.masks)
@@ -48,7 +47,10 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     m = result.manifest
     console.print(f"replayed {m['tokens']} loss tokens over {m['config']['seeds']} seeds "
                   f"-> {result.run_dir} ({seconds:.1f} s)")
-    t = Table(title="ratio vs predictive mask of each registry pair")
+    # no rules and the two rates of a side on two lines: the table fits the 80
+    # columns rich assumes when the output is piped to a file (nothing folded or cut)
+    t = Table(title="ratio vs predictive mask of each registry pair", box=None,
+              pad_edge=False, title_justify="left")
     for col in ("update", "pair", "δ", "out of\nregion\n/ seed", "dis-\nagree\n/ seed",
                 "unsafe\nratio\npooled\n(seed\nmean)", "unsafe\npred.\npooled\n(seed\nmean)",
                 "W/L/T/\nempty"):
@@ -57,8 +59,8 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
     for a in result.summary:
         t.add_row(a["basis"], f"{a['ratio_mask']} vs\n{a['predictive_mask']}", f"{a['delta']:g}",
                   f"{a['out_of_region_per_seed']:.1f}", f"{a['disagreement_per_seed']:.1f}",
-                  f"{_rate(a['unsafe_ratio_pooled'])} ({_rate(a['unsafe_ratio_seed_mean'])})",
-                  f"{_rate(a['unsafe_predictive_pooled'])} "
+                  f"{_rate(a['unsafe_ratio_pooled'])}\n({_rate(a['unsafe_ratio_seed_mean'])})",
+                  f"{_rate(a['unsafe_predictive_pooled'])}\n"
                   f"({_rate(a['unsafe_predictive_seed_mean'])})",
                   f"{a['wins']}/{a['losses']}/{a['ties']}/{a['empty_seeds']}")
     if result.summary:
@@ -71,17 +73,24 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
         console.print("no alignment summary: --masks needs both masks of a ratio / "
                       "predictive pair (e.g. dppo_topk_kl and pdm_kl_agg)")
     _print_updates(m)
-    dev = m.get("recompute_deviation")
-    if dev:
-        console.print(f"recompute vs logged train_logprobs: max |Δ| {dev['max']:.3g}, "
-                      f"mean |Δ| {dev['mean']:.3g} over {dev['tokens']} tokens")
-        if dev["mean"] > DEVIATION_WARN:
-            console.print("[yellow]warning:[/] the recomputed log π(k) differ from the "
-                          "logged train_logprobs by more than "
-                          f"{DEVIATION_WARN} nats on average: is --checkpoint the policy "
-                          "that scored this log (same step, temperature, dtype)?")
+    _print_deviation(m.get("recompute_deviation"))
     for w in m.get("warnings", []):
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _print_deviation(dev: dict | None) -> None:
+    """Recomputed π vs the log's train log-probs; a warning beyond the report's bound."""
+    if not dev:
+        return
+    from pdm_replay.report.legend import DEVIATION_WARN  # lazy: it imports DuckDB
+    console.print(f"recompute vs logged train_logprobs: max |Δ| {dev['max']:.3g}, "
+                  f"mean |Δ| {dev['mean']:.3g} over {dev['tokens']} tokens")
+    if dev["mean"] > DEVIATION_WARN:
+        console.print("[yellow]warning:[/] the recomputed log π(k) differ from the "
+                      "logged train_logprobs by more than "
+                      f"{DEVIATION_WARN} nats on average: is --checkpoint the policy "
+                      "that scored this log (same step, temperature, dtype)? "
+                      "`pdm-replay report` repeats this warning")
 
 
 def _print_updates(m: dict) -> None:

@@ -10,18 +10,25 @@ Examples
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
 import streamlit as st
 
-from pdm_replay.report.render import format_value
+from pdm_replay.report.dashboard_api import pair_options
+from pdm_replay.report.render import format_value, threshold_cell
 
-# the headline columns a 1,280 px window shows without scrolling, in this order
+# the headline columns a 1,280 px window shows without scrolling, in this order (the
+# seed means, then every other column, follow); `outcomes` is W/L/T/empty in one cell
 HEADLINE_KEY = ("basis", "pair", "delta", "unsafe_ratio_pooled",
-                "unsafe_predictive_pooled", "unsafe_ratio_seed_mean",
-                "unsafe_predictive_seed_mean", "wins", "losses", "ties", "empty_seeds",
-                "sign_test_p", "wilcoxon_p")
+                "unsafe_predictive_pooled", "outcomes", "sign_test_p", "wilcoxon_p",
+                "unsafe_ratio_seed_mean", "unsafe_predictive_seed_mean")
+# pixels per character of Streamlit's table font (14 px sans-serif: ~7 px for the
+# identifiers and digits the cells hold), and a cell's padding
+CHAR_PX, PAD_PX = 7.5, 16
+VISIBLE_PX = 800  # what a 1,280 px window leaves the table beside the sidebar
+VISIBLE_KEY = 6  # the key columns that fit VISIBLE_PX: update, pair, δ, rates, outcomes
 
 
 # the per-seed rates' columns shown first, and their labels
@@ -58,17 +65,46 @@ def report_cells(frame: pl.DataFrame) -> pl.DataFrame:
                          for c in frame.columns}, schema={c: pl.String for c in frame.columns})
 
 
+def headline_cells(head: pl.DataFrame) -> pl.DataFrame:
+    """The headline as :func:`report_cells`, plus ``outcomes`` (``W/L/T/empty``) and the δ
+    of a band region shown as its band (:func:`render.threshold_cell`)."""
+    cells = report_cells(head)
+    if not head.height:
+        return cells.with_columns(outcomes=pl.lit(None, pl.String))
+    rows = head.to_dicts()
+    return cells.with_columns(
+        outcomes=pl.Series([f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
+                            for r in rows], dtype=pl.String),
+        delta=pl.Series([threshold_cell(r) for r in rows], dtype=pl.String))
+
+
+HEADLINE_LABELS = {"unsafe_ratio_pooled": "ratio pooled", "unsafe_predictive_pooled":
+                   "pred. pooled", "unsafe_ratio_seed_mean": "ratio seed mean",
+                   "unsafe_predictive_seed_mean": "pred. seed mean", "sign_test_p": "sign p",
+                   "wilcoxon_p": "Wilcoxon p", "outcomes": "W/L/T/empty", "basis": "update",
+                   "pair": "pair", "delta": "δ"}
+# the widest cell each key column holds (a rate: "100.0%"); the pair's is the registry's
+# longest pair name
+HEADLINE_WIDEST = {"delta": "[0.5, 5.0]", "basis": "actual", "outcomes": "10/10/10/10",
+                   "sign_test_p": "0.0923", "wilcoxon_p": "0.0266"}
+
+
+def headline_widths() -> dict[str, int]:
+    """Pixel width of each key column: its label or its widest cell, whichever is wider.
+
+    >>> headline_widths()["pair"] >= len("dppo_topk_kl vs pdm_kl_uniform") * CHAR_PX
+    True
+    """
+    widest = {**HEADLINE_WIDEST, "pair": max(pair_options(), key=len)}
+    return {c: math.ceil(max(len(HEADLINE_LABELS[c]), len(widest.get(c, "100.0%")))
+                         * CHAR_PX + PAD_PX) for c in HEADLINE_KEY}
+
+
 def headline_columns() -> dict[str, Any]:
     """Streamlit column configs of the headline's key columns (cells from
-    :func:`report_cells`): short labels (the rates are unsafe-keep rates, as the
-    subheader's help says), every column narrow so all fit 1,280 px."""
-    label = {"unsafe_ratio_pooled": "ratio pooled", "unsafe_predictive_pooled": "pred. pooled",
-             "unsafe_ratio_seed_mean": "ratio seed-mean",
-             "unsafe_predictive_seed_mean": "pred. seed-mean", "sign_test_p": "sign p",
-             "wilcoxon_p": "Wilcoxon p", "empty_seeds": "empty", "basis": "update",
-             "pair": "pair", "delta": "δ"}
-    # pixels: 13 columns in the ~800 px a 1,280 px window leaves beside the sidebar
-    width = {"basis": 55, "pair": 112, "delta": 45, "sign_test_p": 62, "wilcoxon_p": 70} | {
-        c: 72 for c in label if c.startswith("unsafe_")}
-    return {c: st.column_config.TextColumn(label.get(c, c), width=width.get(c, 48))
+    :func:`headline_cells`): short labels (the rates are unsafe-keep rates, as the
+    subheader's help says), each column as wide as its label and widest cell
+    (:func:`headline_widths`), so no pair name or header is cut."""
+    width = headline_widths()
+    return {c: st.column_config.TextColumn(HEADLINE_LABELS[c], width=width[c])
             for c in HEADLINE_KEY}

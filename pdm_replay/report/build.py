@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
 from pdm_replay.report.run_info import RunInfo
+from pdm_replay.report.verdict import Verdict, trainer_mask_of, verdicts
 
 REPLAY_HINT = ("run `pdm-replay replay` on the rollout log with the training checkpoint to "
                "simulate the update")
@@ -111,6 +113,7 @@ class Report:
     warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
     mask_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # .mask_comparison
     section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
+    verdicts: tuple[Verdict, ...] = ()  # report.verdict: what the run shows, first
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
@@ -123,7 +126,8 @@ class Report:
         out: dict[str, Any] = {"source": str(self.info.source), "kind": self.info.kind,
                                "thresholds": asdict(self.info.thresholds),
                                "thresholds_source": self.info.thresholds_source,
-                               "masks": list(self.info.masks)}
+                               "masks": list(self.info.masks),
+                               "verdicts": [v.to_dict() for v in self.verdicts]}
         for key, _, frame in self.sections():
             rows = [_clean(r) for r in frame.to_dicts()]
             out[key] = rows[0] if key == "log_health" and self.by is None and rows else rows
@@ -168,7 +172,9 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   threshold_comparison=threshold_comparison(head), coverage=coverage,
                   warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)),
                   mask_comparison=compared, section_notes={"mask_comparison": why} if why
-                  else {})
+                  else {}, verdicts=tuple(verdicts(
+                      head, rates, kind=db.info.kind, confidence=confidence,
+                      trainer_mask=trainer_mask_of(db.info.manifest))))
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:
@@ -261,4 +267,5 @@ def combine_by_step(reports: dict[int, Report]) -> Report:
                for w in r.warnings if w not in warned]
     return Report(info=first.info, notes=tuple(notes), confidence=first.confidence,
                   by="step", warnings=tuple(warned), section_notes=first.section_notes,
-                  **frames)
+                  verdicts=tuple(dataclasses.replace(v, step=step) for step, r in
+                                 reports.items() for v in r.verdicts), **frames)

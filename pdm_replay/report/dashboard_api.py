@@ -160,6 +160,18 @@ def pair_options() -> tuple[str, ...]:
     return tuple(p.label for p in mask_pairs(list(MASKS)) if p.family is not None)
 
 
+def default_pair() -> str:
+    """The Disagreements page's default pair filter: the registry's first pair, the
+    report's first comparison (``dppo_topk_kl vs pdm_kl_agg``), so the page's default count
+    is the headline's disagreement count (a family / estimator filter alone would add the
+    other pairs of that family, e.g. the IcePop pair's).
+
+    >>> default_pair()
+    'dppo_topk_kl vs pdm_kl_agg'
+    """
+    return pair_options()[0]
+
+
 def family_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The families and predictive estimators of the registry's pairs (the page's other
     filters), registry order.

@@ -62,6 +62,36 @@ LEGEND: tuple[tuple[str, str], ...] = (
                               "kept down"),
     ("ΔD > 0", "mask comparison: the share of measured out-of-region tokens whose divergence "
                "grew under the mask's own update"),
+    ("verdict", "the plain sentences the report opens with, one paragraph per comparison, "
+                "written by the rules of pdm_replay/report/verdict.py from these tables"),
+    ("agg / uniform", "the two top-K estimators of the slope Ḋ (SPEC §4): agg treats the "
+                      "unlogged tail as one atom (π_tail, µ_tail); uniform spreads it over "
+                      "the n − m unlogged tokens. exact: the full-vocabulary Ḋ from the "
+                      "reloaded behavior model"),
+    ("sign accuracy", "the share of tokens whose predicted direction sign(Â)·(r − 1) (ratio) "
+                      "or sign(Â)·Ḋ (predictive agg / uniform / exact) equals sign(ΔD) under "
+                      "the update; a zero on either side counts as a miss"),
+    ("away / toward / uncertain", "sign certificates: the logged support bounds the "
+                                  "full-vocabulary Ḋ_kl in [dkl_lo, dkl_hi]; away (toward): "
+                                  "sign(Â)·Ḋ > 0 (< 0) over the whole interval, whatever the "
+                                  "tail held; uncertain: the interval straddles 0"),
+    ("n_tokens / n_seeds", "log health: loss tokens read, and seeds (masks output: the whole "
+                           "log is one)"),
+    ("n_mass_overflow / mass_overflow_fraction", "log health: tokens whose logged top-K µ mass "
+                                                 "exceeds 1 (µ_tail clamped to 0), count and "
+                                                 "share"),
+    ("n_nonfinite", "log health: tokens with a non-finite ratio, kl_topk or tv_topk (never "
+                    "out of region)"),
+    ("n_zero_advantage", "log health: tokens with Â = 0 (every mask keeps them; no direction)"),
+    ("n_exact", "log health: tokens with the exact full-vocabulary columns "
+                "(--behavior-checkpoint)"),
+    ("n_update_rows", "log health: updates/v1 rows (one per token and simulated update)"),
+    ("recompute_deviation_max / recompute_deviation_mean",
+     "log health: max and mean |Δ log π(k)| between the replay's recomputed π and the log's "
+     "train_logprobs (nats; a mean above 0.05: a warning)"),
+    ("kind / has_updates / thresholds_source", "log health: replay or masks output, whether "
+                                               "ΔD was measured, where the thresholds were "
+                                               "read from"),
 )
 LEGEND_TEXT = dict(LEGEND)
 
@@ -73,6 +103,12 @@ MIN_SEEDS = 6
 # One rounding of the logged log-prob explains any gap up to u·|log µ|; more than 1% of
 # tokens beyond it means the reloaded behavior model is not the engine's.
 MIN_WITHIN_ROUNDING = 0.99
+
+# Mean |Δ log π(k)| (nats) between the replay's recomputed π and the log's train_logprobs
+# above which the checkpoint is not the policy that scored the log: a float32 recompute of
+# the same policy differs by ~1e-6 (the shipped sample: mean 5e-7, max 4e-5), a wrong step
+# or temperature by tenths of a nat.
+DEVIATION_WARN = 0.05
 
 BASIS_LINE = {"actual": "actual (the trainer's real step)",
               "own": "own (each mask's own simulated update)",
@@ -98,6 +134,7 @@ class ReportWarning:
     """One data-quality warning: a stable ``code`` and the sentence shown."""
 
     code: str  # few_tokens | few_seeds | seeds_overlap | behavior_mismatch | partial_run
+    #            | recompute_mismatch | no_updates
     message: str
     threshold: float | None = None  # the limit crossed (MIN_TOKENS, ...), where there is one
 
@@ -127,7 +164,9 @@ def coverage_line(c: Coverage) -> str:
     of_log = (f" of the log's {c.log_samples:,}" if c.log_samples is not None
               else " (the whole log)" if c.kind == "masks" else "")
     text = (f"{c.kind}: {c.n_samples:,} samples{of_log}, {c.n_tokens:,} tokens over "
-            f"{c.n_seeds} seed{'s' * (c.n_seeds != 1)}")
+            f"{c.n_seeds} seed{'s' * (c.n_seeds != 1)}"
+            + (" (`masks` output has no seeds: the whole log is one)" if c.kind == "masks"
+               else ""))
     if c.kind == "replay" and c.log_samples is None:
         text += " (the manifest does not record the log's size)"
     text += ("; out-of-region and disagreement counts need no update (π before the step)")
@@ -150,8 +189,28 @@ def report_warnings(db: ReportDB, seed_rates: pl.DataFrame, headline: pl.DataFra
             "or a replay from before disjoint seeds), so seeds are not independent: "
             "sign-test and Wilcoxon p-values are not shown; the intervals resample samples "
             "(clustered), which stays valid")))
-    out += _behavior(behavior_fidelity) + _few_tokens(seed_rates) + _few_seeds(headline)
-    return out
+    out += _recompute(db.info.recompute_deviation) + _behavior(behavior_fidelity)
+    if coverage.kind == "masks":
+        return out + [ReportWarning("no_updates", (
+            "this is `pdm-replay masks` output: it has every mask's decisions and the "
+            "divergences, but no ΔD (no simulated update), so no unsafe-keep rate, seed "
+            "outcome or p-value; run `pdm-replay replay` on the log with the training "
+            "checkpoint to measure them"))]
+    return out + _few_tokens(seed_rates) + _few_seeds(headline)
+
+
+def _recompute(dev: dict[str, Any] | None) -> list[ReportWarning]:
+    """The replay's recomputed π vs the log's train log-probs (manifest
+    ``recompute_deviation``), beyond :data:`DEVIATION_WARN`."""
+    if not dev or dev.get("mean") is None or dev["mean"] <= DEVIATION_WARN:
+        return []
+    tokens = f" over {dev['tokens']:,} tokens" if dev.get("tokens") else ""
+    return [ReportWarning("recompute_mismatch", (
+        f"the replay's recomputed π does not reproduce the log's train_logprobs: mean "
+        f"|Δ log π(k)| {dev['mean']:.3g} nats, max {dev['max']:.3g}{tokens} (expected ≤ "
+        f"{DEVIATION_WARN}): the checkpoint is not the policy that scored this log (step, "
+        "temperature or dtype), so ΔD and every rate are measured from another policy"),
+        DEVIATION_WARN)]
 
 
 def _partial(c: Coverage) -> list[ReportWarning]:

@@ -28,6 +28,7 @@ import polars as pl
 from pdm_replay.report import api
 from pdm_replay.report.db import ReportDB
 from pdm_replay.report.legend import ReportWarning, coverage_line, report_warnings, run_coverage
+from pdm_replay.report.verdict import trainer_mask_of, verdicts
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Overview:
     line; ``warnings`` :func:`report_warnings`; ``headline`` :func:`api.headline` (one row
     per basis × comparison, the default 2,000-draw bootstrap); ``seed_rates``
     :func:`api.seed_rates` (one row per seed × comparison); ``mask_summary``
-    :func:`api.mask_summary` (one row per mask, unformatted)."""
+    :func:`api.mask_summary` (one row per mask, unformatted); ``verdict`` the report's
+    verdict paragraphs (:mod:`pdm_replay.report.verdict`), one per comparison."""
 
     health: dict[str, Any]
     settings: dict[str, Any]
@@ -46,6 +48,7 @@ class Overview:
     headline: pl.DataFrame
     seed_rates: pl.DataFrame
     mask_summary: pl.DataFrame
+    verdict: tuple[str, ...] = ()
 
 
 def overview(db: ReportDB) -> Overview:
@@ -59,4 +62,7 @@ def overview(db: ReportDB) -> Overview:
     return Overview(health=health.row(0, named=True),
                     settings=api.settings(db).row(0, named=True),
                     coverage=coverage_line(coverage), warnings=tuple(warnings),
-                    headline=head, seed_rates=rates, mask_summary=api.mask_summary(db))
+                    headline=head, seed_rates=rates, mask_summary=api.mask_summary(db),
+                    verdict=tuple(v.text for v in verdicts(
+                        head, rates, kind=db.info.kind,
+                        trainer_mask=trainer_mask_of(db.info.manifest))))

@@ -67,16 +67,20 @@ def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
     if not pairs:
         _empty(axes[0], "no realized ΔD: needs a replay")
     for ax, (pair, delta) in zip(axes, pairs):
-        sub = deltas.filter((pl.col("pair") == pair) & (pl.col("delta") == delta))
+        sub = deltas.filter((pl.col("pair") == pair) & (pl.col("delta") == delta)
+                            & pl.col("delta_d_kept").is_not_null())
         values = sub["delta_d_kept"].to_numpy()
-        bins = np.histogram_bin_edges(values, bins=30) if len(values) else 10
+        ax.set_title(f"{pair}, δ = {delta:g}", fontsize=8)
+        if not len(values):  # an empty histogram with "n=0" legends says nothing
+            _empty(ax, "no kept disagreement token\nwith a measured ΔD")
+            continue
+        bins = np.histogram_bin_edges(values, bins=30)
         for kept_by, colour in (("ratio", "#7f7f7f"), ("predictive", "#2ca02c")):
             part = sub.filter(pl.col("kept_by") == kept_by)
-            mask = part["update_mask"][0] if part.height else kept_by
-            ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=colour,
-                    label=f"kept by {mask} (n={part.height})")
+            if part.height:
+                ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=colour,
+                        label=f"kept by {part['update_mask'][0]} (n={part.height})")
         ax.axvline(0.0, color="black", lw=0.8)
-        ax.set_title(f"{pair}, δ = {delta:g}", fontsize=8)
         ax.set_xlabel("ΔD (> 0: unsafe keep)")
         ax.legend(fontsize=7)
     return _png(fig)

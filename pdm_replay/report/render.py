@@ -16,6 +16,7 @@ import dataclasses
 import html
 import io
 import json
+import re
 from typing import Any, Mapping
 
 import polars as pl
@@ -90,12 +91,26 @@ def format_value(column: str, value: Any) -> str:
     return f"{value:.4g}"
 
 
+def threshold_cell(r: dict[str, Any]) -> str:
+    """A comparison's threshold as shown: δ, or the band of a two-sided region (the IcePop
+    pair's ``ratio ∉ [0.5, 5.0]`` reads ``[0.5, 5.0]``, not ``0.5``).
+
+    >>> threshold_cell({"delta": 0.5, "region": "ratio ∉ [0.5, 5.0]"})
+    '[0.5, 5.0]'
+    >>> threshold_cell({"delta": 0.15, "region": "kl_topk > 0.15"})
+    '0.15'
+    """
+    region = r.get("region") or ""
+    return region.split(" ∉ ", 1)[1] if " ∉ " in region else format_value("delta", r["delta"])
+
+
 def headline_display(headline: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     """The headline's rates as strings with readable labels."""
     rows = []
     for r in headline.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
         row.update({label: format_value(k, r[k]) for k, label in HEADLINE_LABELS.items()})
+        row["δ"] = threshold_cell(r)
         rows.append(row)
     columns = list(rows[0]) if rows else list(HEADLINE_LABELS.values())
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
@@ -122,6 +137,7 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
         row.update({HEADLINE_LABELS[k]: format_value(k, r[k])
                     for k in ("basis", "pair", "family", "estimator", "region", "delta",
                               "n_seeds")})
+        row["δ"] = threshold_cell(r)
         row["W/L/T/empty"] = f"{r['wins']}/{r['losses']}/{r['ties']}/{r['empty_seeds']}"
         row["empty seeds"] = format_value("empty_seed_list", r["empty_seed_list"])
         row["sign test p"] = format_value("sign_test_p", r["sign_test_p"])
@@ -224,7 +240,13 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
                         "sign test p", "Wilcoxon p"),
           "mask_comparison": ("step", "mask", "divergence", "keep", "out of region",
                               "out of region kept", "median ΔD", "p90 ΔD", "ΔD > 0",
-                              "update")}
+                              "update"),
+          # the rates first, then the counts they are over; family / estimator / region
+          # repeat the pair's
+          "seed_rates": ("step", "seed", "basis", "pair", "region", "unsafe ratio",
+                         "unsafe predictive", "unsafe diff", "outcome", "n measured ratio",
+                         "n measured predictive", "n disagree")}
+LABELLED = ("headline", "seed_wins", "mask_comparison")  # sections with display labels
 TERMINAL_WIDTH = 100
 
 
@@ -233,13 +255,28 @@ def column_label(name: str) -> str:
     return name.replace("_", " ")
 
 
+def column_width(header: list[str], rows: list[list[str]], i: int) -> int:
+    """Column ``i``'s width: its widest cell (a pair ``a vs b`` wraps after ``vs``) or its
+    longest header word.
+
+    >>> column_width(["pair"], [["dppo_topk_kl vs pdm_kl_agg"]], 0)
+    15
+    >>> column_width(["region"], [["ratio ∉ [0.5, 5.0]"]], 0)
+    10
+    """
+    cells = [r[i] for r in rows]
+    if header[i] in ("pair", "region"):  # rich wraps them at these spaces
+        cells = [part for c in cells for part in re.split(r"(?<=vs) |(?<=[>∉<]) ", c)]
+    return max([len(c) for c in cells] + [max(map(len, header[i].split() or [""]))])
+
+
 def fit_columns(header: list[str], rows: list[list[str]], width: int
          ) -> tuple[list[int], list[str]]:
     """Indices of the leading columns that fit ``width`` (each at its widest cell or its
     longest header word, + 3 for borders and padding), and the names left out."""
     used, keep = 1, []
     for i, h in enumerate(header):
-        need = max([len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]) + 3
+        need = column_width(header, rows, i) + 3
         if keep and used + need > width:
             return keep, [header[j] for j in range(i, len(header))]
         keep.append(i)
@@ -250,7 +287,7 @@ def fit_columns(header: list[str], rows: list[list[str]], width: int
 def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
-    if key not in NARROW:
+    if key not in LABELLED:
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []
@@ -276,25 +313,42 @@ def display_frame(key: str, frame: pl.DataFrame, confidence: float = 0.95) -> pl
                         schema={h: pl.String for h in header})
 
 
-def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
-    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
-    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
-    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
-                      color_system=None)
+def verdict_lines(report: Report) -> list[str]:
+    """The verdict (:mod:`.verdict`), one paragraph per comparison, what every format and
+    the dashboard print first."""
+    return [(f"step {v.step}: " if v.step is not None else "") + v.text
+            for v in report.verdicts]
+
+
+def _print_opening(console: Console, report: Report) -> list[str]:
+    """Title, verdict, coverage, warnings and the headline sentences; returns the legend."""
     cover, warns, legend = preamble(report)
     console.print(f"[bold]pdm_replay report[/] — {report.info.source}; thresholds "
                   f"{thresholds_text(report)}", highlight=False)
+    if report.verdicts:
+        console.print("[bold]Verdict[/]")
+    for line in verdict_lines(report):
+        console.print(f"» {line}", highlight=False)
     console.print(f"coverage: {cover}", highlight=False)
     for w in warns:
         console.print(f"[bold]warning:[/] {w}", highlight=False)
     for line in headline_sentences(report):
         console.print(f"• {line}", highlight=False)
+    return legend
+
+
+def render_table(report: Report, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
+    """Rich tables as plain text (what the terminal shows): ``width`` columns, each
+    section's key columns (the rest named under it; ``wide``: every column, no limit)."""
+    console = Console(file=io.StringIO(), width=10_000 if wide else width, record=True,
+                      color_system=None)
+    legend = _print_opening(console, report)
     for key, title, frame in report.sections():
         header, rows, left_out = _terminal_cells(key, frame, report.confidence, wide)
         table = Table(title=title, title_justify="left")
         for i, h in enumerate(header):  # headers wrap at words; cells stay whole
-            table.add_column(h, overflow="fold", width=None if wide else max(
-                [len(r[i]) for r in rows] + [max(map(len, h.split() or [""]))]))
+            table.add_column(h, overflow="fold", width=None if wide else
+                             column_width(header, rows, i))
         for r in rows:
             table.add_row(*r)
         console.print(table if rows else f"{title}: (no rows)")
@@ -323,7 +377,11 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def render_markdown(report: Report) -> str:
     cover, warns, legend = preamble(report)
     parts = [f"# pdm_replay report\n\n`{report.info.source}`; thresholds "
-             f"{thresholds_text(report)}.\n\n**Coverage:** {cover}\n"]
+             f"{thresholds_text(report)}.\n"]
+    if report.verdicts:
+        parts.append("## Verdict\n\n" + "\n".join(f"- {v}" for v in verdict_lines(report))
+                     + "\n")
+    parts.append(f"**Coverage:** {cover}\n")
     if warns:
         parts.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns) + "\n")
     parts.append("\n".join(f"- {s}" for s in headline_sentences(report)) + "\n")
@@ -342,7 +400,9 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=False, default=str) + "\n"
 
 
+# .wide scrolls a table wider than the window (a 1,280 px screen) instead of the page
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+.wide{overflow-x:auto;max-width:100%}code{background:#f3f3f3;padding:0 0.2em}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
@@ -350,38 +410,51 @@ img{max-width:100%;border:1px solid #eee}.note{color:#8a4b00}.warning{color:#a00
 td{white-space:nowrap}dt{font-weight:bold}dd{margin:0 0 0.4em 1.5em}"""
 
 
+def inline(text: str) -> str:
+    """``text`` as HTML, its Markdown-style `code` spans as ``<code>`` (no raw backticks).
+
+    >>> inline("update `none` & <b>")
+    'update <code>none</code> &amp; &lt;b&gt;'
+    """
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
                    for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
     """One self-contained page: tables, notes and the PNG ``plots`` inlined as base64."""
     cover, warns, legend = preamble(report)
     parts = [f"<h1>pdm_replay report</h1><p><code>{html.escape(str(report.info.source))}"
-             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"
-             f'<p class="coverage"><b>Coverage:</b> {html.escape(cover)}</p>']
+             f"</code>; thresholds {html.escape(thresholds_text(report))}.</p>"]
+    if report.verdicts:
+        parts.append('<h2>Verdict</h2><ul class="verdict">' + "".join(
+            f"<li>{inline(v)}</li>" for v in verdict_lines(report)) + "</ul>")
+    parts.append(f'<p class="coverage"><b>Coverage:</b> {inline(cover)}</p>')
     if warns:
         parts.append('<h2>Warnings</h2><ul class="warnings">' + "".join(
-            f'<li class="warning">{html.escape(w)}</li>' for w in warns) + "</ul>")
-    parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>"
+            f'<li class="warning">{inline(w)}</li>' for w in warns) + "</ul>")
+    parts.append("<ul>" + "".join(f"<li>{inline(s)}</li>"
                                   for s in headline_sentences(report)) + "</ul>")
     for key, title, frame in report.sections():
         header, rows = _cells(key, frame, report.confidence)
         why = report.section_notes.get(key)
-        parts.append(f"<h2>{html.escape(title)}</h2>"
+        parts.append(f"<h2>{inline(title)}</h2>"
                      + (_html_table(header, rows) if rows else "<p>(no rows)</p>")
-                     + (f'<p class="note">{html.escape(why)}</p>' if why else ""))
+                     + (f'<p class="note">{inline(why)}</p>' if why else ""))
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<h2>{html.escape(PLOT_TITLES.get(name, name))}</h2>"
+        parts.append(f"<h2>{inline(PLOT_TITLES.get(name, name))}</h2>"
                      f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
     parts.append("<h2>Legend</h2><dl>" + "".join(
-        f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>" for t, x in LEGEND) + "</dl>")
+        f"<dt>{inline(t)}</dt><dd>{inline(x)}</dd>" for t, x in LEGEND) + "</dl>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(
-            f'<li class="note">{html.escape(n)}</li>' for n in report.notes) + "</ul>")
+            f'<li class="note">{inline(n)}</li>' for n in report.notes) + "</ul>")
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>pdm_replay report"
             f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")

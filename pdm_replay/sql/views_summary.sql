@@ -58,8 +58,9 @@ FROM mask_summary_by_seed
 GROUP BY mask, family, direction, estimator;
 
 CREATE OR REPLACE VIEW log_health AS
+-- `masks` output has no seed column: its whole log is one seed, as the headline counts it
 SELECT count(*) AS n_tokens,
-       count(DISTINCT seed) AS n_seeds,
+       count(DISTINCT coalesce(seed, -1)) AS n_seeds,
        count(*) FILTER (WHERE mass_overflow) AS n_mass_overflow,
        count(*) FILTER (WHERE NOT (isfinite(kl_topk) AND isfinite(tv_topk)
                                    AND isfinite(ratio))) AS n_nonfinite,

@@ -249,7 +249,7 @@ def _scan_frames(page) -> list[str]:
 def expected_count(run_dir: Path, **flt) -> str:
     db, _ = dapi.connect_dashboard(run_dir)
     with db:
-        n = dapi.disagreement_count(db, dapi.DisagreementFilter(family="kl", estimator="agg",
+        n = dapi.disagreement_count(db, dapi.DisagreementFilter(pair=dapi.default_pair(),
                                                                 **flt))
     return f"{n:,} disagreement tokens"
 

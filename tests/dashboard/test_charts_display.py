@@ -6,7 +6,10 @@ from __future__ import annotations
 import polars as pl
 
 from pdm_replay.dashboard_app.charts import seed_unsafe_chart
-from pdm_replay.dashboard_app.tables import HEADLINE_KEY, headline_order, report_cells
+from pdm_replay.dashboard_app.tables import (CHAR_PX, HEADLINE_KEY, HEADLINE_LABELS, PAD_PX,
+                                            VISIBLE_KEY, VISIBLE_PX, headline_cells,
+                                            headline_order, headline_widths, report_cells)
+from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.render import display_frame
 
 
@@ -23,6 +26,22 @@ def test_zero_rate_and_empty_seed_draw_differently() -> None:
     # seed 0 ratio: a real 0% (tick); seed 1 predictive: no kept token (∅)
     assert rows[(0, "ratio")]["unsafe_keep_rate"] == 0 and rows[(0, "ratio")]["kept"] is None
     assert rows[(1, "predictive")]["kept"] == "empty"
+
+
+def test_headline_columns_hold_their_labels_and_widest_cells() -> None:
+    """At 1,280 px no pair name or header is cut ("dppo_topk_kl vs p", "ratio poole"):
+    every key column is as wide as its label and widest cell, and the first
+    VISIBLE_KEY fit the table's width beside the sidebar."""
+    widths = headline_widths()
+    for c in HEADLINE_KEY:
+        assert widths[c] >= len(HEADLINE_LABELS[c]) * CHAR_PX + PAD_PX
+    assert widths["pair"] >= max(map(len, dapi.pair_options())) * CHAR_PX + PAD_PX
+    assert sum(widths[c] for c in HEADLINE_KEY[:VISIBLE_KEY]) <= VISIBLE_PX
+    head = pl.DataFrame({"basis": ["own"], "pair": ["icepop_ratio vs icepop_pdm_kl"],
+                         "region": ["ratio ∉ [0.5, 5.0]"], "delta": [0.5], "wins": [3],
+                         "losses": [2], "ties": [1], "empty_seeds": [0]})
+    cells = headline_cells(head).row(0, named=True)
+    assert (cells["delta"], cells["outcomes"]) == ("[0.5, 5.0]", "3/2/1/0")
 
 
 def test_headline_key_columns_come_first() -> None:

@@ -6,13 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.report import dashboard_api as dapi
+from pdm_replay.report import api, dashboard_api as dapi
+from pdm_replay.report.build import build_report
 from pdm_replay.report.run_info import discover_run
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
@@ -80,24 +82,51 @@ def count(run_dir: Path, **flt) -> int:
         return dapi.disagreement_count(db, dapi.DisagreementFilter(**flt))
 
 
+def test_overview_opens_with_the_reports_verdict(app_for, run_dir: Path) -> None:
+    at = app_for(run_dir, "Overview")
+    assert_clean(at)
+    subheads = [s.value for s in at.subheader]
+    assert subheads.index("Verdict") < subheads.index("Headline: ratio vs predictive masks")
+    db, _ = dapi.connect_dashboard(run_dir)
+    with db:
+        report = build_report(db, bootstrap_samples=2000)
+    shown = texts(at.markdown)
+    assert all(v.text in shown for v in report.verdicts) and report.verdicts
+
+
+def test_the_default_filter_counts_what_the_headline_counts(app_for, run_dir: Path) -> None:
+    """The page opens on the report's first comparison: its count is the headline's
+    disagreement tokens (per seed × seeds), not the pair's family with the IcePop pair's."""
+    at = app_for(run_dir, "Disagreements")
+    assert_clean(at)
+    db, _ = dapi.connect_dashboard(run_dir)
+    with db:
+        head = api.headline(db, n_resamples=10).filter(pl.col("pair") == dapi.default_pair())
+    row = head.row(0, named=True)
+    n = round(row["disagreement_per_seed"] * row["n_seeds"])
+    assert n == count(run_dir, pair=dapi.default_pair()) > 0
+    assert f"**{n:,} disagreement tokens**" in texts(at.markdown)
+
+
 def test_disagreements_filter_changes_the_table(app_for, run_dir: Path) -> None:
     at = app_for(run_dir, "Disagreements")
     before = at.dataframe[0].value
+    next(s for s in at.selectbox if s.label == "Pair").select_index(0).run()  # any
     next(s for s in at.selectbox if s.label == "Family").select_index(2).run()  # TV
     assert_clean(at)
-    n_tv = count(run_dir, family="tv", estimator="agg")
+    n_tv = count(run_dir, family="tv")
     assert f"**{n_tv:,} disagreement tokens**" in texts(at.markdown)
     after = at.dataframe[0].value
     assert set(after["family"]) == {"tv"} and not before.equals(after)
     next(s for s in at.selectbox if s.label == "Sign of ΔD").select_index(1).run()  # ΔD > 0
-    n_unsafe = count(run_dir, family="tv", estimator="agg", delta_sign=1)
+    n_unsafe = count(run_dir, family="tv", delta_sign=1)
     assert f"**{n_unsafe:,} disagreement tokens**" in texts(at.markdown)
     assert n_unsafe < n_tv and (at.dataframe[0].value["delta_d"] > 0).all()
 
 
 def test_disagreements_sort_and_paging(app_for, run_dir: Path) -> None:
     at = app_for(run_dir, "Disagreements")
-    next(s for s in at.selectbox if s.label == "Family").select_index(0).run()  # any
+    next(s for s in at.selectbox if s.label == "Pair").select_index(0).run()  # any
     next(s for s in at.selectbox if s.label == "Sort by").select("d_pre").run()
     at.toggle[0].set_value(True).run()
     at.selectbox(key="f_size").select(25).run()
@@ -108,7 +137,7 @@ def test_disagreements_sort_and_paging(app_for, run_dir: Path) -> None:
     at.number_input(key="dis_page").set_value(2).run()
     page2 = at.dataframe[0].value
     assert page2["d_pre"].max() <= page1["d_pre"].min()
-    n = count(run_dir, estimator="agg")  # the count is the full filtered set's
+    n = count(run_dir)  # the count is the full filtered set's
     assert f"**{n:,} disagreement tokens**" in texts(at.markdown)
 
 
@@ -134,6 +163,10 @@ def test_divergence_histograms_terms_and_sample_size(app_for, run_dir: Path) -> 
     assert shown(smaller) <= 1000 and shown(smaller) <= shown(caption)
     predictors = set(at.dataframe[0].value["predictor"])
     assert {"ratio", "predictive_agg", "predictive_uniform"} <= predictors
+    # the heading names the updates its rows are under, in their order
+    bases = list(dict.fromkeys(at.dataframe[0].value["basis"]))
+    heading = next(s.value for s in at.subheader if s.value.startswith("Sign accuracy"))
+    assert [b for b in ("actual", "none") if f"`{b}`" in heading] == bases
 
 
 def test_estimators_page(app_for, run_dir: Path) -> None:

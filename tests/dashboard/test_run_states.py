@@ -57,7 +57,7 @@ def test_run_with_some_seeds_finished_shows_only_those(app_for, run_dir: Path,
     at = app_for(run, "Disagreements")
     assert not at.exception and not at.error
     assert f"showing the 1 finished seed(s) [{seeds[0]}]" in messages(at)
-    next(s for s in at.selectbox if s.label == "Family").select_index(0).run()
+    next(s for s in at.selectbox if s.label == "Pair").select_index(0).run()  # any
     assert set(at.dataframe[0].value["seed"]) == {seeds[0]}
 
 

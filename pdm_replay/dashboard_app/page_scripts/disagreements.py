@@ -47,14 +47,15 @@ def _filters(run: RunRef) -> tuple[dapi.DisagreementFilter, str, bool, int]:
     row0, row1, row2 = st.columns(1), st.columns(4), st.columns(5)
     families, estimators = dapi.family_options()  # the registry's pairs
     with row0[0]:
-        pair = _pick("Pair", {ANY: ANY, **{p: p for p in dapi.pair_options()}}, "f_pair")
+        pairs = dapi.pair_options()  # default: the report headline's first comparison
+        pair = _pick("Pair", {ANY: ANY, **{p: p for p in pairs}}, "f_pair",
+                     index=1 + pairs.index(dapi.default_pair()))
     with row1[0]:
-        family = _pick("Family", {ANY: ANY, **{f: f.upper() for f in families}}, "f_family",
-                       index=1)
+        family = _pick("Family", {ANY: ANY, **{f: f.upper() for f in families}}, "f_family")
     with row1[1]:
         estimator = _pick("Estimator", {ANY: ANY, **{e: ESTIMATOR_LABELS.get(e, e)
                                                      for e in estimators}},
-                          "f_estimator", index=1)
+                          "f_estimator")
     with row1[2]:
         seed = _pick("Seed", {ANY: ANY, **{s: str(s) for s in seeds if s is not None}},
                      "f_seed")

@@ -44,9 +44,25 @@ def render() -> None:
         st.altair_chart(charts.terms_scatter(terms))
         measured = terms.filter(pl.col("delta_d_none").is_not_null())
         st.caption(f"{terms.height:,} tokens shown, {measured.height:,} with a realized ΔD.")
-    st.subheader("Sign accuracy of the direction predictors (vs ΔD under `none`)")
-    st.dataframe(display_frame("sign_accuracy", data(run, api.sign_accuracy)),
-                 hide_index=True, key="div_sign_accuracy")
+    accuracy = data(run, api.sign_accuracy)
+    bases = accuracy["basis"].unique(maintain_order=True).to_list() if accuracy.height else []
+    st.subheader(sign_accuracy_heading(bases))
+    st.dataframe(display_frame("sign_accuracy", accuracy), hide_index=True,
+                 key="div_sign_accuracy")
+
+
+BASIS_NAMES = {"actual": "`actual` (the trainer's real step)", "none": "`none` (keep-all)"}
+
+
+def sign_accuracy_heading(bases: list[str]) -> str:
+    """The sign-accuracy heading, naming the updates of its rows in their order.
+
+    >>> sign_accuracy_heading(["actual", "none"])
+    "Sign accuracy of the direction predictors vs ΔD under `actual` (the trainer's real step), then `none` (keep-all): column basis"
+    """
+    names = [BASIS_NAMES.get(b, f"`{b}`") for b in bases] or [BASIS_NAMES["none"]]
+    return ("Sign accuracy of the direction predictors vs ΔD under " + ", then ".join(names)
+            + (": column basis" if len(names) > 1 else ""))
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing

@@ -13,8 +13,9 @@ from typing import Any, Mapping
 import polars as pl
 import streamlit as st
 
-from pdm_replay.dashboard_app.tables import (SEED_RATES_KEY, headline_columns, headline_order,
-                                            key_order, report_cells, seed_rates_columns)
+from pdm_replay.dashboard_app.tables import (SEED_RATES_KEY, headline_cells, headline_columns,
+                                            headline_order, key_order, report_cells,
+                                            seed_rates_columns)
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.dashboard_api import RunStatus
@@ -61,14 +62,17 @@ def render() -> None:
     ov = data(run, overview)
     _manifest(run, ov)
     head = ov.headline
+    if ov.verdict:
+        st.subheader("Verdict")
+        st.markdown("\n".join(f"- {v}" for v in ov.verdict))
     st.caption(f"Coverage: {ov.coverage}")
     for w in ov.warnings:
         st.warning(w.message, icon="⚠️")
     with st.expander("Legend: what each number means"):
         st.markdown("\n".join(f"- **{term}**: {text}" for term, text in LEGEND))
     st.subheader("Headline: ratio vs predictive masks", help=HEADLINE_HELP)
-    st.dataframe(report_cells(head), hide_index=True, key="headline",
-                 column_order=headline_order(head),
+    st.dataframe(headline_cells(head), hide_index=True, key="headline",
+                 column_order=headline_order(headline_cells(head)),
                  column_config=headline_columns())
     side = threshold_comparison(head)
     if side.height:
