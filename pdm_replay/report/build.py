@@ -29,6 +29,7 @@ from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.limits import FORMATS
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
+from pdm_replay.report.mismatch import step_metrics
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
@@ -85,6 +86,10 @@ SECTIONS = (
                         "realized ΔD on out-of-region tokens under each mask's own update "
                         "(lower ΔD: the divergence kept down; `actual` = the trainer's step)"),
     ("log_health", "Log health"),
+    ("mismatch", "Training–inference mismatch per step, under the trainers' own names "
+                 "(verl rollout_corr/*, TRL sampling/*, top-K; report.mismatch)"),
+    ("keep_stats", "Keep statistics per step and mask, as trainers log them (fractions of "
+                   "the step's tokens; TRL clip_ratio/* for the ratio masks)"),
 )
 
 
@@ -111,6 +116,8 @@ class Report:
     warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
     mask_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # .mask_comparison
     section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
+    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
+    keep_stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
@@ -159,6 +166,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
     compared = mask_comparison(db)
     why = comparison_note(compared, db.info.has_updates)
+    mismatch, keep_stats = step_metrics(db)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
@@ -168,7 +176,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   threshold_comparison=threshold_comparison(head), coverage=coverage,
                   warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)),
                   mask_comparison=compared, section_notes={"mask_comparison": why} if why
-                  else {})
+                  else {}, mismatch=mismatch, keep_stats=keep_stats)
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:
