@@ -29,7 +29,6 @@ from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.report.limits import FORMATS
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
-from pdm_replay.report.mismatch import step_metrics
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
@@ -166,6 +165,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
     compared = mask_comparison(db)
     why = comparison_note(compared, db.info.has_updates)
+    from pdm_replay.report.mismatch import step_metrics  # torch: not on the dashboard's path
     mismatch, keep_stats = step_metrics(db)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
