@@ -75,6 +75,15 @@ def weight(low: str | None, high: str, reduce: str = "", truncate: bool = True,
 
 
 RS = f"{VERL_RC}:compute_rollout_rejection_mask"
+
+
+def rs_logged(option: str) -> str:
+    """The key verl logs an rs option's masked token fraction under
+    (``compute_rollout_rejection_mask``'s metrics, prefixed as
+    ``compute_rollout_correction_and_rejection_mask`` prefixes them)."""
+    return f"rollout_corr/rollout_rs_{option}_masked_fraction"
+
+
 SEQ = {"granularity": "sequence"}
 
 register(MaskSpec("none", lambda t: KeepAll(), None, "none", None, "keep every token",
@@ -156,43 +165,46 @@ register(MaskSpec("icepop_pdm_kl", band("ratio", "icepop_low", "icepop_high", "p
                   ("icepop_low", "icepop_high"), proximity="icepop", source="composed"))
 register(MaskSpec("rs_token_k1", k1_band("rs_k1"), None, "none", None, "rollout_rs token_k1: "
                   "-log r outside [-log C, log C]", ("rs_k1",), proximity="rs_token_k1",
-                  source=RS))
+                  source=RS, logged_as=rs_logged("token_k1")))
 register(MaskSpec("rs_token_k2", above("k2", "rs_k2"), None, "none", None,
                   "rollout_rs token_k2: (log r)^2/2 > C", ("rs_k2",), proximity="rs_token_k2",
-                  source=RS))
+                  source=RS, logged_as=rs_logged("token_k2")))
 register(MaskSpec("rs_token_k3", above("k3", "rs_k3"), None, "none", None,
                   "rollout_rs token_k3: r - 1 - log r > C", ("rs_k3",), proximity="rs_token_k3",
-                  source=RS))
+                  source=RS, logged_as=rs_logged("token_k3")))
 register(MaskSpec("rs_seq_sum_k1", k1_band("rs_k1", "sum"), None, "none", None,
                   "rollout_rs seq_sum_k1: sum -log r outside [-log C, log C]", ("rs_k1",),
                   proximity="rs_seq_sum_k1", **SEQ, source=RS,
-                  reproduces="verl decoupled_seq_is_rs (rs '0.5_2.0')"))
+                  reproduces="verl decoupled_seq_is_rs (rs '0.5_2.0')",
+                  logged_as=rs_logged("seq_sum_k1")))
 register(MaskSpec("rs_seq_sum_k2", above("k2", "rs_k2", reduce="sum"), None, "none", None,
                   "rollout_rs seq_sum_k2", ("rs_k2",), proximity="rs_seq_sum_k2", **SEQ,
-                  source=RS))
+                  source=RS, logged_as=rs_logged("seq_sum_k2")))
 register(MaskSpec("rs_seq_sum_k3", above("k3", "rs_k3", reduce="sum"), None, "none", None,
                   "rollout_rs seq_sum_k3", ("rs_k3",), proximity="rs_seq_sum_k3", **SEQ,
-                  source=RS))
+                  source=RS, logged_as=rs_logged("seq_sum_k3")))
 register(MaskSpec("rs_seq_mean_k1", k1_band("rs_seq_mean_k1", "mean"), None, "none", None,
                   "rollout_rs seq_mean_k1 (geometric-mean ratio band)", ("rs_seq_mean_k1",),
                   proximity="rs_seq_mean_k1", **SEQ, source=RS,
-                  reproduces="verl decoupled_geo_rs ('0.999_1.001')"))
+                  reproduces="verl decoupled_geo_rs ('0.999_1.001')",
+                  logged_as=rs_logged("seq_mean_k1")))
 register(MaskSpec("rs_seq_mean_k2", above("k2", "rs_k2", reduce="mean"), None, "none", None,
                   "rollout_rs seq_mean_k2", ("rs_k2",), proximity="rs_seq_mean_k2", **SEQ,
-                  source=RS))
+                  source=RS, logged_as=rs_logged("seq_mean_k2")))
 register(MaskSpec("rs_seq_mean_k3", above("k3", "rs_k3", reduce="mean"), None, "none", None,
                   "rollout_rs seq_mean_k3", ("rs_k3",), proximity="rs_seq_mean_k3", **SEQ,
-                  source=RS, reproduces="verl decoupled_k3_rs (0.01)"))
+                  source=RS, reproduces="verl decoupled_k3_rs (0.01)",
+                  logged_as=rs_logged("seq_mean_k3")))
 register(MaskSpec("rs_seq_max_k2", above("k2", "rs_k2", reduce="max"), None, "none", None,
                   "rollout_rs seq_max_k2: a response is dropped if any token's k2 > C",
                   ("rs_k2",), proximity="rs_seq_max_k2", **SEQ, source=RS,
                   reproduces="Trust Region Masking (arXiv 2512.23075, max-token divergence; "
-                             "verl PR #4544)"))
+                             "verl PR #4544)", logged_as=rs_logged("seq_max_k2")))
 register(MaskSpec("rs_seq_max_k3", above("k3", "rs_k3", reduce="max"), None, "none", None,
                   "rollout_rs seq_max_k3: a response is dropped if any token's k3 > C",
                   ("rs_k3",), proximity="rs_seq_max_k3", **SEQ, source=RS,
                   reproduces="Trust Region Masking (arXiv 2512.23075, max-token divergence; "
-                             "verl PR #4544)"))
+                             "verl PR #4544)", logged_as=rs_logged("seq_max_k3")))
 register(MaskSpec("dsv32_offpolicy",
                   above("k1", "dsv32_delta", "negative_advantage", reduce="mean"), None,
                   "negative_advantage", None, "DeepSeek-V3.2 off-policy sequence masking: "

@@ -115,6 +115,9 @@ class MaskSpec:
     weight: str = "binary"  # one of WEIGHTS
     source: str = ""  # file and function of the reference implementation
     reproduces: str = ""  # the trainer default this mask reproduces, if any
+    # The trainer metric that logs this mask's masked token fraction (verl's
+    # ``rollout_corr/rollout_rs_<option>_masked_fraction``), if any: report.mismatch.
+    logged_as: str = ""
 
     def __post_init__(self) -> None:
         for field, value, allowed in (("direction", self.direction, DIRECTIONS),

@@ -34,4 +34,5 @@ PAGES = (("overview.py", "Overview", ":material/dashboard:"),
          ("estimators.py", "Estimators", ":material/functions:"),
          ("sign_attribution.py", "Attribution", ":material/call_split:"),
          ("mask_comparison.py", "Mask comparison", ":material/compare:"),
+         ("mismatch.py", "Mismatch over training", ":material/show_chart:"),
          ("log_health.py", "Log health", ":material/health_and_safety:"))

@@ -157,3 +157,16 @@ def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
         shape=alt.Shape("family:N", title="divergence"), tooltip=tips)
     zero = alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="black").encode(y="y:Q")
     return alt.layer(spread, points, zero).properties(height=360, width="container")
+
+
+def metric_panel(frame: pl.DataFrame, metric: str) -> alt.Chart:
+    """One W&B-style panel: column ``metric`` of a per-step table ``frame`` (a ``step``
+    column; :func:`pdm_replay.report.dashboard_api.mismatch_over_training`) as a line over
+    steps, titled with the metric's name (the column is renamed: Vega-Lite reads ``/`` and
+    ``@`` in field names as paths)."""
+    data = frame.select("step", pl.col(metric).cast(pl.Float64).alias("value"))
+    return alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("step:Q", title="step", axis=alt.Axis(format="d")),
+        y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+        tooltip=["step", alt.Tooltip("value:Q", format=".4g")],
+    ).properties(title=metric, height=160, width="container")

@@ -87,6 +87,10 @@ SECTIONS = (
                         "realized ΔD on out-of-region tokens under each mask's own update "
                         "(lower ΔD: the divergence kept down; `actual` = the trainer's step)"),
     ("log_health", "Log health"),
+    ("mismatch", "Training–inference mismatch per step, under the trainers' own names "
+                 "(verl rollout_corr/*, TRL sampling/*, top-K; report.mismatch)"),
+    ("keep_stats", "Keep statistics per step and mask, as trainers log them (fractions of "
+                   "the step's tokens; TRL clip_ratio/* for the ratio masks)"),
 )
 
 
@@ -114,6 +118,8 @@ class Report:
     mask_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # .mask_comparison
     section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
     verdicts: tuple[Verdict, ...] = ()  # report.verdict: what the run shows, first
+    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
+    keep_stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
@@ -163,6 +169,8 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
     compared = mask_comparison(db)
     why = comparison_note(compared, db.info.has_updates)
+    from pdm_replay.report.mismatch import step_metrics  # torch: not on the dashboard's path
+    mismatch, keep_stats = step_metrics(db)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
@@ -174,7 +182,8 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   mask_comparison=compared, section_notes={"mask_comparison": why} if why
                   else {}, verdicts=tuple(verdicts(
                       head, rates, kind=db.info.kind, confidence=confidence,
-                      trainer_mask=trainer_mask_of(db.info.manifest))))
+                      trainer_mask=trainer_mask_of(db.info.manifest))),
+                  mismatch=mismatch, keep_stats=keep_stats)
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:

@@ -385,3 +385,11 @@ def slope_terms(token: Mapping[str, Any]) -> pl.DataFrame:
     rows = [(name, value, None if value is None else sign * value) for name, value in terms]
     return pl.DataFrame(rows, schema={"term": pl.String, "value": pl.Float64,
                                       "signed": pl.Float64}, orient="row")
+
+
+def mismatch_over_training(db: ReportDB) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The report's per-step ``mismatch`` and ``keep_stats`` tables
+    (:func:`pdm_replay.report.mismatch.step_metrics`): the Mismatch over training page."""
+    from pdm_replay.report.mismatch import step_metrics  # torch loads here, not at start-up
+
+    return step_metrics(db)

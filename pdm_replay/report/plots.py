@@ -5,7 +5,9 @@
   coloured by whether the predictive sign agreed with the realized ΔD (update ``none``);
 - ``seed_rates``: per-seed unsafe-keep rate, ratio (x) vs predictive (y);
 - ``mask_comparison``: per mask, the realized ΔD on out-of-region tokens under its own
-  update (box p25–p75, whiskers p10–p90) beside its keep fraction.
+  update (box p25–p75, whiskers p10–p90) beside its keep fraction;
+- ``mismatch`` / ``keep_stats``: the per-step trainer metrics over steps
+  (:mod:`pdm_replay.report.mismatch_plots`).
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so this is safe to
 call from a server (the dashboard).
@@ -16,8 +18,10 @@ Examples
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     pngs = report_plots(db)
->>> sorted(pngs), pngs["seed_rates"][:4]
-(['direction_terms', 'kept_deltas', 'mask_comparison', 'seed_rates'], b'\\x89PNG')
+>>> sorted(pngs)
+['direction_terms', 'keep_stats', 'kept_deltas', 'mask_comparison', 'mismatch', 'seed_rates']
+>>> pngs["seed_rates"][:4]
+b'\\x89PNG'
 """
 
 from __future__ import annotations
@@ -178,7 +182,12 @@ def mask_comparison_png(frame: pl.DataFrame) -> bytes:
 
 def report_plots(db: ReportDB, *, max_points: int = 20_000) -> dict[str, bytes]:
     """Every report plot of ``db``'s run as PNG bytes, by name."""
+    from pdm_replay.report.mismatch import step_metrics
+    from pdm_replay.report.mismatch_plots import keep_stats_png, mismatch_png
+
+    mismatch, keep_stats = step_metrics(db)
     return {"kept_deltas": kept_deltas_png(api.kept_deltas(db)),
             "direction_terms": direction_terms_png(api.direction_terms(db, limit=max_points)),
             "seed_rates": seed_rates_png(api.seed_rates(db)),
-            "mask_comparison": mask_comparison_png(mask_comparison(db))}
+            "mask_comparison": mask_comparison_png(mask_comparison(db)),
+            "mismatch": mismatch_png(mismatch), "keep_stats": keep_stats_png(keep_stats)}

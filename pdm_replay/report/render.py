@@ -64,6 +64,9 @@ PLOT_TITLES = {
     "mask_comparison": "Mask comparison: realized ΔD on out-of-region tokens under each "
                        "mask's own update (box p25–p75, whiskers p10–p90) and its keep "
                        "fraction; a box left of 0 kept the divergence down",
+    "mismatch": "Training–inference mismatch over steps (verl rollout_corr/*, TRL sampling/*, "
+                "top-K), one panel per metric",
+    "keep_stats": "Masked token fraction per mask over steps, by the sign of Â",
 }
 
 
@@ -245,7 +248,13 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
           # repeat the pair's
           "seed_rates": ("step", "seed", "basis", "pair", "region", "unsafe ratio",
                          "unsafe predictive", "unsafe diff", "outcome", "n measured ratio",
-                         "n measured predictive", "n disagree")}
+                         "n measured predictive", "n disagree"),
+          "mismatch": ("step", "rollout_corr/kl", "rollout_corr/k3_kl",
+                       "rollout_corr/chi2_token", "rollout_corr/chi2_seq",
+                       "sampling/importance_sampling_ratio/max", "topk/kl_topk_p99"),
+          "keep_stats": ("step", "mask", "masked_fraction", "masked_fraction_adv_pos",
+                         "masked_fraction_adv_neg", "out_of_region_dropped_fraction",
+                         "clip_ratio/low_mean", "clip_ratio/high_mean")}
 LABELLED = ("headline", "seed_wins", "mask_comparison")  # sections with display labels
 TERMINAL_WIDTH = 100
 

@@ -24,7 +24,8 @@ PAGE_FILES = {"Overview": None, "Disagreements": "page_scripts/disagreements.py"
               "Divergence": "page_scripts/divergence.py",
               "Estimators": "page_scripts/estimators.py",
               "Log health": "page_scripts/log_health.py",
-              "Mask comparison": "page_scripts/mask_comparison.py"}
+              "Mask comparison": "page_scripts/mask_comparison.py",
+              "Mismatch over training": "page_scripts/mismatch.py"}
 
 
 def add_tokenizer(run: Path, tokenizer_dir: Path) -> Path:

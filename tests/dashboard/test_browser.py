@@ -50,6 +50,8 @@ PAGES = {  # sidebar link -> texts the page must show
     "Log health": ["Top-K mass coverage", "Validation of the rollout log"],
     "Attribution": ["Attribution"],
     "Mask comparison": ["Keep fraction vs realized ΔD", "Every mask", "out of region kept"],
+    "Mismatch over training": ["rollout_corr/chi2_seq", "sampling/importance_sampling_ratio/max",
+                               "Keep statistics per mask"],
     "Disagreements": ["disagreement tokens", "Token detail:", "µ vs π_pre vs π_post"],
 }
 # toggles switched on before a page's checks: what a page draws only when asked is checked too

@@ -71,10 +71,12 @@ def test_report_html_is_self_contained_with_plots(hand_run: Path, tmp_path: Path
     result = invoke("report", hand_run, "--format", "html", "--out", out, "--plots-dir", plots)
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert page.count("data:image/png;base64,") == 4  # + mask_comparison (issue 19)
+    # + mask_comparison (issue 19), + mismatch / keep_stats over steps (issue 37)
+    assert page.count("data:image/png;base64,") == 6
     assert "http://" not in page and "https://" not in page and "<script" not in page
     assert sorted(p.name for p in plots.iterdir()) == [
-        "direction_terms.png", "kept_deltas.png", "mask_comparison.png", "seed_rates.png"]
+        "direction_terms.png", "keep_stats.png", "kept_deltas.png", "mask_comparison.png",
+        "mismatch.png", "seed_rates.png"]
 
 
 def test_report_on_masks_output(hand_masks_file: Path) -> None:
