@@ -17,13 +17,15 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from pdm_replay.mask_kinds import Criterion, ISWeight, KeepAll
+from pdm_replay.mask_kinds import (M2PO, Criterion, GeoMeanClip, ISWeight, KeepAll, SapoGate,
+                                     VacoTV)
 from pdm_replay.masks import Mask, MaskSpec, Thresholds, register
 
 VERL_LOSS = "verl/trainer/ppo/core_algos.py"
 VERL_RC = "verl/trainer/ppo/rollout_corr_helper.py"
 STABLE_RL = "sail-sg/Stable-RL verl/trainer/ppo/core_algos.py:_compute_token_mask_for_policy_loss"
 PAPER = "arXiv 2607.10848 (Predictive Divergence Masks), SPEC §4"
+TRL = "trl/trainer/grpo_trainer.py:GRPOTrainer"
 VERL_CLIP_RATIO_C = 3.0  # verl ActorConfig.clip_ratio_c default (compute_policy_loss_vanilla)
 
 
@@ -50,10 +52,32 @@ def band(stat: str, low: str, high: str, direction: str = "none", slope: str = "
                                slope=slope)
 
 
+def offset_band(stat: str, low: str, high: str, direction: str = "none") -> Build:
+    """``stat`` outside [−t.low, t.high] (a signed difference, 0 = on-policy)."""
+    return lambda t: Criterion(stat, -getattr(t, low), getattr(t, high), direction=direction)
+
+
 def k1_band(field: str, reduce: str = "") -> Build:
     """verl's k1 options: keep log(lower) <= k1 <= log(upper), lower = 1/upper."""
     return lambda t: Criterion("k1", -math.log(getattr(t, field)), math.log(getattr(t, field)),
                                reduce=reduce)
+
+
+def _log(x: float) -> float:
+    """log x, −inf at x <= 0 (a ratio bound scaled to nothing means no bound)."""
+    return math.log(x) if x > 0 else -math.inf
+
+
+def log_bounds(stat: str, low: str, high: str, reduce: str = "") -> Build:
+    """``stat`` (its sequence ``reduce``) outside [log t.low, log t.high]: ratio bounds."""
+    return lambda t: Criterion(stat, _log(getattr(t, low)), _log(getattr(t, high)),
+                               reduce=reduce)
+
+
+def veto(field: str) -> Build:
+    """slime's veto: a response with any token ratio below ``t.field`` is dropped, i.e. its
+    largest k1 = −log r is above −log ``t.field``."""
+    return lambda t: Criterion("k1", high=-_log(getattr(t, field)), reduce="max")
 
 
 def geo_ratio_band(low: str, high: str) -> Build:
@@ -183,8 +207,10 @@ register(MaskSpec("rs_seq_sum_k2", above("k2", "rs_k2", reduce="sum"), None, "no
 register(MaskSpec("rs_seq_sum_k3", above("k3", "rs_k3", reduce="sum"), None, "none", None,
                   "rollout_rs seq_sum_k3", ("rs_k3",), proximity="rs_seq_sum_k3", **SEQ,
                   source=RS, logged_as=rs_logged("seq_sum_k3")))
-register(MaskSpec("rs_seq_mean_k1", k1_band("rs_seq_mean_k1", "mean"), None, "none", None,
-                  "rollout_rs seq_mean_k1 (geometric-mean ratio band)", ("rs_seq_mean_k1",),
+register(MaskSpec("rs_seq_mean_k1", log_bounds("k1", "rs_seq_mean_k1_low",
+                                               "rs_seq_mean_k1_high", "mean"), None, "none",
+                  None, "rollout_rs seq_mean_k1: mean -log r outside [log low, log high]",
+                  ("rs_seq_mean_k1_low", "rs_seq_mean_k1_high"),
                   proximity="rs_seq_mean_k1", **SEQ, source=RS,
                   reproduces="verl decoupled_geo_rs ('0.999_1.001')",
                   logged_as=rs_logged("seq_mean_k1")))
@@ -212,3 +238,74 @@ register(MaskSpec("dsv32_offpolicy",
                   proximity="seq_mean_k1_upper", **SEQ,
                   source="trl GRPOTrainer.get_off_policy_mask (DeepSeek-V3.2 Eq. 9)",
                   reproduces="TRL off_policy_mask_threshold (documented example 0.5)"))
+
+# Other trainers' shipped masks (issue 37). TRL 1.16's vLLM IS correction lives in
+# _generate_and_score_completions (the weight multiplies the per-token loss), its CISPO
+# and SAPO in _compute_loss; the repositories' files are cited at each entry.
+for _mode, _red, _trunc in (("token_truncate", "", True), ("token_mask", "", False),
+                            ("sequence_truncate", "sum", True), ("sequence_mask", "sum", False)):
+    register(MaskSpec(f"trl_is_{_mode}", weight("trl_is_min", "trl_is_cap", _red, _trunc),
+                      None, "none", None, f"TRL vLLM IS {_mode}: "
+                      + ("sequence ratio exp(sum log r)" if _red else "token ratio")
+                      + (" clamped to" if _trunc else " zeroed outside")
+                      + " [min, cap], weight f/r_t", ("trl_is_min", "trl_is_cap"),
+                      proximity=f"trl_is_{_mode}", weight="is",
+                      **(SEQ if _red else {}),
+                      source=f"{TRL}._generate_and_score_completions",
+                      reproduces=f"TRL vllm_importance_sampling_mode={_mode} (cap 3.0)"))
+register(MaskSpec("trl_cispo", weight(None, "trl_cispo_cap"), None, "none", None,
+                  "one-sided CISPO: weight min(r, cap)/r, stop-gradient", ("trl_cispo_cap",),
+                  proximity="ratio_weight_cap_cispo", weight="is",
+                  source=f"{TRL}._compute_loss (loss_type cispo)",
+                  reproduces="TRL loss_type=cispo, epsilon_high 5 (ScaleRL)"))
+register(MaskSpec("openrlhf_seq_mask_tis",
+                  log_bounds("log_ratio", "openrlhf_is_low", "openrlhf_is_high", "mean"),
+                  None, "none", None, "response dropped when its geometric-mean ratio "
+                  "exp(mean log r) is outside [low, high]; kept tokens weigh r",
+                  ("openrlhf_is_low", "openrlhf_is_high"), proximity="seq_geo_ratio_band_is",
+                  **SEQ, source="OpenRLHF/OpenRLHF openrlhf/models/loss.py:PolicyLoss.forward "
+                  "(seq-mask-tis)",
+                  reproduces="OpenRLHF is_correction_type seq-mask-tis [0.5, 5.0]"))
+register(MaskSpec("slime_veto", veto("slime_veto"), None, "none", None,
+                  "veto: a response with any token ratio r_t < veto is dropped",
+                  ("slime_veto",), proximity="seq_min_ratio", **SEQ,
+                  source="THUDM/slime examples/train_infer_mismatch_helper/mis.py:"
+                         "calculate_veto_mask", reproduces="slime rs_veto_threshold 1e-4"))
+register(MaskSpec("m2po", lambda t: M2PO(t.m2po_threshold), None, "none", None,
+                  "M2PO within a response: its largest (log mu - log pi)^2 tokens dropped "
+                  "until the rest's mean is below the threshold (AReaL: per micro-batch)",
+                  ("m2po_threshold",), proximity="seq_second_moment", **SEQ,
+                  source="inclusionAI/AReaL areal/trainer/ppo/actor.py:_apply_m2po_masking",
+                  reproduces="AReaL actor.m2_threshold 0.04 (gsm8k_m2po.yaml)"))
+register(MaskSpec("vaco_tv", lambda t: VacoTV(t.vaco_tv_delta, t.tis_cap), None, "ratio", None,
+                  "VACO: response TV mean|rho-1| > delta drops the tokens whose update "
+                  "raises it (sign(log r) Â > 0); kept tokens weigh min(rho, cap)",
+                  ("vaco_tv_delta", "tis_cap"), proximity="seq_mean_abs_ratio", **SEQ,
+                  weight="is", source="allenai/open-instruct open_instruct/grpo_utils.py:"
+                                      "compute_rho_correction (rho_mask_tv_divergence)",
+                  reproduces="open-instruct VACO TV mask, rho clamp 2.0"))
+register(MaskSpec("prime_rl_default", offset_band("prob_diff", "prime_rl_low",
+                                                  "prime_rl_high", "ratio"), None, "ratio", None,
+                  "prime-rl default: pi_k - mu_k outside [-low, high] (binary TV against the "
+                  "inference log-probs), ratio direction", ("prime_rl_low", "prime_rl_high"),
+                  proximity="prob_diff_band",
+                  source="PrimeIntellect-ai/prime-rl src/prime_rl/trainer/rl/loss.py:"
+                         "default_loss_fn", reproduces="prime-rl loss type default "
+                                                       "(dppo_mask_low/high 0.2)"))
+register(MaskSpec("prime_rl_ipo", above("tv_binary", "prime_rl_ipo"), None, "none", None,
+                  "prime-rl ipo: |pi_k - mu_k| > threshold dropped (both signs of Â)",
+                  ("prime_rl_ipo",), proximity="tv_binary_symmetric",
+                  source="PrimeIntellect-ai/prime-rl src/prime_rl/trainer/rl/loss.py:ipo_loss_fn",
+                  reproduces="prime-rl loss type ipo (ipo_threshold 0.1)"))
+register(MaskSpec("sapo", lambda t: SapoGate(t.sapo_tau_pos, t.sapo_tau_neg), None, "none",
+                  None, "SAPO soft gate: weight 4 sig(x)(1 - sig(x)), x = tau (r - 1), tau by "
+                  "the sign of Â", ("sapo_tau_pos", "sapo_tau_neg"), proximity="sigmoid_gate",
+                  weight="is", source=f"{VERL_LOSS}:compute_policy_loss_sapo; "
+                                      f"{TRL}._compute_loss (loss_type sapo)",
+                  reproduces="verl policy_loss sapo / TRL loss_type=sapo (tau 1.0 / 1.05)"))
+register(MaskSpec("gmpo", lambda t: GeoMeanClip(t.gmpo_eps_low, t.gmpo_eps_high), None, "none",
+                  None, "GMPO: response ratio exp(mean clipped log r), log r clipped to "
+                  "[-eps_low, eps_high] on Â's side; clipped tokens weigh 0",
+                  ("gmpo_eps_low", "gmpo_eps_high"), proximity="seq_geo_mean_clip", **SEQ,
+                  weight="is", source=f"{VERL_LOSS}:compute_policy_loss_geo_mean",
+                  reproduces="verl policy_loss geo_mean / GMPO paper (clip e^-0.4, e^0.4)"))

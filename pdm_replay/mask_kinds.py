@@ -4,7 +4,9 @@
 sequence statistic, and a direction criterion); :class:`ISWeight` is an importance weight
 (TIS, CISPO, MIS); :class:`KeepAll` the reference update. The math is in
 :mod:`pdm_replay.math.mask_ops`, imported on first use so that the registry's metadata
-imports without torch.
+imports without torch. Other trainers' masks that are neither (AReaL's M2PO, open-instruct's
+VACO, SAPO's gate, GMPO's clip) are kinds of their own at the end, their math in
+:mod:`pdm_replay.math.field_masks`.
 
 Examples
 --------
@@ -98,3 +100,99 @@ class KeepAll:
 
     def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         return self.keep(stats, seqs).double()
+
+
+def _field():  # noqa: ANN202  (torch loads here, as in _ops)
+    from pdm_replay.math import field_masks
+    return field_masks
+
+
+def _valid(stats: "TokenStats", seqs: "Segments | None") -> "Tensor":
+    import torch
+    return seqs.valid if seqs is not None else torch.ones_like(stats.advantage, dtype=torch.bool)
+
+
+def _needs(seqs: "Segments | None", what: str) -> "Segments":
+    if seqs is None:
+        raise ValueError(f"{what} is a sequence mask: pass the tokens' Segments")
+    return seqs
+
+
+def _raw_log_ratio(stats: "TokenStats") -> "Tensor":
+    return stats.logp_train.double() - stats.logp_behavior.double()
+
+
+@dataclass(frozen=True)
+class M2PO:
+    """AReaL's M2PO within each response: drop its largest ``(log µ − log π)²`` until the
+    mean of the rest is below ``threshold`` (:func:`~pdm_replay.math.field_masks.m2po_keep`).
+
+    AReaL applies the rule over a training micro-batch; here the unit is the response,
+    the one group whose decisions do not depend on how ``masks`` cuts its work (by a token
+    budget) or on a replay seed's batch. Without Segments the call's tokens are one group.
+    """
+
+    threshold: float
+
+    reads_sequences = True
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return _field().m2po_keep(_raw_log_ratio(stats), _valid(stats, seqs),
+                                  stats.advantage, self.threshold,
+                                  None if seqs is None else seqs.inverse)
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.keep(stats, seqs).double()
+
+
+@dataclass(frozen=True)
+class VacoTV:
+    """open-instruct's VACO TV mask and ρ cap
+    (:func:`~pdm_replay.math.field_masks.vaco_weight`)."""
+
+    delta: float
+    cap: float
+
+    reads_sequences = True
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return _field().vaco_weight(_raw_log_ratio(stats), stats.advantage,
+                                    _needs(seqs, "vaco_tv"), self.delta, self.cap)
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.weight(stats, seqs) > 0
+
+
+@dataclass(frozen=True)
+class SapoGate:
+    """SAPO's sigmoid gate as a weight (:func:`~pdm_replay.math.field_masks.sapo_weight`)."""
+
+    tau_pos: float
+    tau_neg: float
+
+    reads_sequences = False
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return _field().sapo_weight(_raw_log_ratio(stats), stats.advantage, self.tau_pos,
+                                    self.tau_neg)
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.weight(stats, seqs) > 0
+
+
+@dataclass(frozen=True)
+class GeoMeanClip:
+    """GMPO's geometric-mean clip as a weight
+    (:func:`~pdm_replay.math.field_masks.gmpo_weight`)."""
+
+    eps_low: float
+    eps_high: float
+
+    reads_sequences = True
+
+    def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return _field().gmpo_weight(_raw_log_ratio(stats), stats.advantage,
+                                    _needs(seqs, "gmpo"), self.eps_low, self.eps_high)
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.weight(stats, seqs) > 0

@@ -92,10 +92,26 @@ class Thresholds:
     mis_low: float = 0.5  # verl decoupled_seq_is_rs's "0.5_2.0"
     mis_high: float = 2.0
     rs_k1: float = 2.0  # rollout_rs k1 options: keep iff log(1/C) <= k1 stat <= log C
-    rs_seq_mean_k1: float = 1.001  # verl decoupled_geo_rs "0.999_1.001"
+    rs_seq_mean_k1_low: float = 0.999  # verl decoupled_geo_rs "0.999_1.001": keep iff
+    rs_seq_mean_k1_high: float = 1.001  # log(low) <= mean(-log r) <= log(high)
     rs_k2: float = 0.01  # token / seq_sum / seq_max k2 upper bound
     rs_k3: float = 0.01  # verl decoupled_k3_rs (seq_mean_k3 0.01), every k3 option
     dsv32_delta: float = 0.5  # DeepSeek-V3.2 off-policy sequence masking δ (TRL's example)
+    trl_is_min: float = 0.0  # TRL GRPOConfig.vllm_importance_sampling_clip_min (None: 0)
+    trl_is_cap: float = 3.0  # TRL GRPOConfig.vllm_importance_sampling_clip_max
+    trl_cispo_cap: float = 5.0  # TRL cispo epsilon_high (ScaleRL's ε_max, TRL's recommended)
+    openrlhf_is_low: float = 0.5  # OpenRLHF --algo.advantage.is_correction_threshold
+    openrlhf_is_high: float = 5.0
+    slime_veto: float = 1e-4  # slime rs_veto_threshold (examples/.../mis.yaml)
+    m2po_threshold: float = 0.04  # AReaL m2_threshold (examples/math/gsm8k_m2po.yaml)
+    vaco_tv_delta: float = 2.0  # open-instruct rho_mask_upper_bound with VACO (its test's)
+    prime_rl_low: float = 0.2  # prime-rl DefaultLossConfig dppo_mask_low / _high
+    prime_rl_high: float = 0.2
+    prime_rl_ipo: float = 0.1  # prime-rl IPOLossConfig.ipo_threshold
+    sapo_tau_pos: float = 1.0  # verl ActorConfig tau_pos / TRL sapo_temperature_pos
+    sapo_tau_neg: float = 1.05  # verl tau_neg / TRL sapo_temperature_neg
+    gmpo_eps_low: float = 0.4  # GMPO paper / callsys/GMPO: log r clipped to [−0.4, 0.4]
+    gmpo_eps_high: float = 0.4
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,16 @@ F64 = torch.float64
 B, T, V, K = 6, 7, 12, 3
 MASK_NAMES = ["ppo_clip", "verl_vanilla", "dppo_topk_kl", "pdm_kl_agg", "pdm_tv_uniform",
               "pdm_kl_certified", "gspo", "cispo", "tis", "seq_tis", "mis", "icepop",
-              "rs_seq_mean_k3", "rs_token_k1", "dsv32_offpolicy"]
+              "rs_seq_mean_k3", "rs_token_k1", "dsv32_offpolicy",
+              "trl_is_sequence_mask", "trl_cispo", "openrlhf_seq_mask_tis", "slime_veto",
+              "m2po", "vaco_tv", "prime_rl_default", "prime_rl_ipo", "sapo", "gmpo"]
+
+
+# regions narrow enough that every listed mask acts on setup(1)'s mismatch
+THRESHOLDS = Thresholds(delta_kl=0.05, delta_tv=0.1, gspo_eps_low=0.05, gspo_eps_high=0.05,
+                        rs_k3=0.3, mis_low=0.01, mis_high=100.0, dsv32_delta=0.02,
+                        trl_cispo_cap=1.2, openrlhf_is_low=0.7, openrlhf_is_high=5.0,
+                        slime_veto=0.33, prime_rl_low=0.05, prime_rl_high=0.05)
 
 
 def setup(seed: int):
@@ -80,8 +89,7 @@ def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
 
 @pytest.mark.parametrize("name", MASK_NAMES)
 def test_policy_loss_gradient_is_the_simulated_step_gradient(name: str) -> None:
-    t = Thresholds(delta_kl=0.05, delta_tv=0.1, gspo_eps_low=0.05, gspo_eps_high=0.05,
-                   rs_k3=0.3, mis_low=0.01, mis_high=100.0, dsv32_delta=0.02)
+    t = THRESHOLDS
     theta, lmu, k, topk, adv, loss_mask = setup(1)
     expected = replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t)
     lpi = torch.log_softmax(theta, -1)
@@ -99,8 +107,7 @@ def test_policy_loss_gradient_is_the_simulated_step_gradient(name: str) -> None:
 
 
 def test_masks_differ_so_the_gradient_test_is_not_vacuous() -> None:
-    t = Thresholds(delta_kl=0.05, delta_tv=0.1, gspo_eps_low=0.05, gspo_eps_high=0.05,
-                   rs_k3=0.3, mis_low=0.01, mis_high=100.0, dsv32_delta=0.02)
+    t = THRESHOLDS
     theta, lmu, k, topk, adv, loss_mask = setup(1)
     grads = {n: replay_gradient(n, theta, lmu, k, topk, adv, loss_mask, t) for n in MASK_NAMES}
     ref = replay_gradient("none", theta, lmu, k, topk, adv, loss_mask, t)

@@ -16,6 +16,7 @@ installable: its cases are hand-worked from ``compute_topk_kl``
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -147,7 +148,7 @@ RS_OPTIONS = {  # rollout_rs option: (our mask, its Thresholds field)
     "token_k1": ("rs_token_k1", "rs_k1"), "token_k2": ("rs_token_k2", "rs_k2"),
     "token_k3": ("rs_token_k3", "rs_k3"), "seq_sum_k1": ("rs_seq_sum_k1", "rs_k1"),
     "seq_sum_k2": ("rs_seq_sum_k2", "rs_k2"), "seq_sum_k3": ("rs_seq_sum_k3", "rs_k3"),
-    "seq_mean_k1": ("rs_seq_mean_k1", "rs_seq_mean_k1"),
+    "seq_mean_k1": ("rs_seq_mean_k1", "rs_seq_mean_k1_high"),
     "seq_mean_k2": ("rs_seq_mean_k2", "rs_k2"), "seq_mean_k3": ("rs_seq_mean_k3", "rs_k3"),
     "seq_max_k2": ("rs_seq_max_k2", "rs_k2"), "seq_max_k3": ("rs_seq_max_k3", "rs_k3"),
 }
@@ -165,8 +166,11 @@ def test_verl_rollout_rejection_mask(option: str) -> None:
         t = Thresholds() if value is None else Thresholds(**{field: value})
         if option.endswith("k1") and getattr(t, field) <= 1:
             continue  # a k1 option's C is a ratio bound > 1
-        kept, _ = rc.compute_rollout_rejection_mask(lpi - lmu, mask.double(), option,
-                                                    str(getattr(t, field)))
+        spec = str(getattr(t, field))
+        if option == "seq_mean_k1":  # two bounds of its own: verl's "lower_upper"
+            t = replace(t, rs_seq_mean_k1_low=1 / t.rs_seq_mean_k1_high)
+            spec = f"{t.rs_seq_mean_k1_low!r}_{t.rs_seq_mean_k1_high!r}"
+        kept, _ = rc.compute_rollout_rejection_mask(lpi - lmu, mask.double(), option, spec)
         verl_drops = (kept == 0).reshape(-1)[mask.reshape(-1)]
         assert torch.equal(verl_drops, mask_drops(name, t, lmu, lpi, adv, mask)), (option, t)
 

@@ -86,8 +86,12 @@ SCALES = (1000.0, 8.0, 2.0, 1.0, 0.5, 0.25, 0.05, 0.0)  # every threshold shrink
 # Thresholds fields by how they shrink the region: widths (ε, δ, upper bounds of a
 # divergence) scale by s; ratio caps C > 1 move to 1 + (C − 1)·s; lower ratio bounds
 # L < 1 to 1 − (1 − L)·s; so s = 0 is the empty region for every mask.
-CAPS = ("tis_cap", "icepop_high", "mis_high", "rs_k1", "rs_seq_mean_k1")
-LOWS = ("icepop_low", "mis_low")
+CAPS = ("tis_cap", "icepop_high", "mis_high", "rs_k1", "rs_seq_mean_k1_high", "trl_is_cap",
+        "trl_cispo_cap", "openrlhf_is_high")
+LOWS = ("icepop_low", "mis_low", "rs_seq_mean_k1_low", "openrlhf_is_low", "slime_veto")
+# SAPO's temperatures are not widths (a larger τ is a sharper gate, and no τ drops a token
+# but where σ rounds to 0 or 1): held at their defaults
+FIXED = ("sapo_tau_pos", "sapo_tau_neg")
 
 
 def scaled(s: float) -> Thresholds:
@@ -95,7 +99,8 @@ def scaled(s: float) -> Thresholds:
     new = {}
     for f in Thresholds.__dataclass_fields__:
         v = getattr(t, f)
-        new[f] = (1 + (v - 1) * s if f in CAPS else 1 - (1 - v) * s if f in LOWS else v * s)
+        new[f] = (v if f in FIXED else 1 + (v - 1) * s if f in CAPS
+                  else 1 - (1 - v) * s if f in LOWS else v * s)
     return Thresholds(**new)
 
 
@@ -142,10 +147,17 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
     seqs = own_sequences(stats)
     loose = apply_masks(build_masks(None, scaled(1000.0)), stats, seqs)
     tight = apply_masks(build_masks(None, scaled(0.0)), stats, seqs)
+    # M2PO keeps one token of each response at least: 4-token responses for it
+    fours = Segments(torch.arange(400) // 4, torch.ones(400, dtype=torch.bool))
+    for kept, s in ((loose, 1000.0), (tight, 0.0)):
+        kept["m2po"] = build_masks(["m2po"], scaled(s))["m2po"].keep(stats, fours)
     for name in MASKS:
         n_loose, n_tight = int((~loose[name]).sum()), int((~tight[name]).sum())
-        if MASKS[name].weight == "is" and MASKS[name].build(Thresholds()).truncate:
+        if MASKS[name].weight == "is" and getattr(MASKS[name].build(Thresholds()),
+                                                  "truncate", False):
             assert n_tight == 0, name  # TIS / CISPO reweight, never drop
+        elif set(MASKS[name].thresholds) <= set(FIXED):
+            assert n_tight == n_loose, name  # SAPO: nothing scaled, nothing changes
         elif name == "none":
             assert n_tight == 0
         else:

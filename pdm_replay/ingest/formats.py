@@ -3,7 +3,7 @@
 Examples
 --------
 >>> sorted(FORMATS)
-['columns', 'openai', 'sglang', 'verl', 'vllm']
+['columns', 'openai', 'prime-rl', 'sglang', 'verl', 'vllm']
 >>> FORMATS["sglang"].logprobs_mode, FORMATS["vllm"].topk_convention
 ('processed', 'plus_sampled')
 >>> FORMATS["verl"].topk_convention, FORMATS["verl"].logprobs_mode
@@ -71,6 +71,11 @@ def _verl(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
     return verl.parse(path, index)
 
 
+def _prime_rl(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    from pdm_replay.ingest import prime_rl
+    return prime_rl.parse(path)
+
+
 def _columns(path: Path, index: int, ctx: ParseContext) -> Iterator[Rows | Reject]:
     from pdm_replay.ingest import columns
     from pdm_replay.ingest.parsing import IngestFieldError
@@ -88,6 +93,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "SGLang /generate responses with meta_info log-probs"),
     Format("verl", "replace_last", "processed", (".pt", ".pth", ".npz"), _verl,
            "verl / sail-sg/Stable-RL batch dumps (torch.save dict or .npz)"),
+    Format("prime-rl", "plus_sampled", "processed", (".jsonl",), _prime_rl,
+           "prime-rl trainer token exports (step_N/rank_R.jsonl files, no top-K)"),
     Format("columns", "plus_sampled", "raw", (".parquet", ".jsonl", ".json"), _columns,
            "any Parquet/JSONL table plus a TOML column mapping"),
 )}

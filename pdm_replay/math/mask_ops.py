@@ -50,7 +50,10 @@ def k3(lr: Tensor) -> Tensor:
 
 
 DERIVED = {"log_ratio": lambda s: log_ratio(s), "k1": lambda s: k1(log_ratio(s)),
-           "k2": lambda s: k2(log_ratio(s)), "k3": lambda s: k3(log_ratio(s))}
+           "k2": lambda s: k2(log_ratio(s)), "k3": lambda s: k3(log_ratio(s)),
+           # π(k) − µ(k), signed (prime-rl's prob_delta; tv_binary is its absolute value)
+           "prob_diff": lambda s: torch.exp(s.logp_train.double())
+           - torch.exp(s.logp_behavior.double())}
 
 
 def statistic(s: TokenStats, name: str) -> Tensor:
