@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
@@ -44,14 +45,17 @@ MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 class MasksConfig:
     """Options of ``pdm-replay masks`` (1:1 with the CLI)."""
 
-    log: Path
-    out: Path
+    log: Path  # the Ray engine also takes a tuple of logs (files, directories or URIs)
+    out: Path  # local: one Parquet file; ray: a directory (step=<t>/part-*.parquet)
     masks: Sequence[str] | None = None  # None = every registered mask
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
     workers: int | None = None  # work items computed in parallel; None = default_workers()
     threads: int = 1  # torch intra-op threads per worker
+    engine: str = "local"  # "local" (threads in this process) | "ray" (commands.masks_ray)
+    ray_address: str | None = None  # ray: a cluster to join; None = RAY_ADDRESS or local
+    resume: bool = False  # ray: keep the finished input files of a killed run
 
 
 @dataclass
@@ -72,6 +76,20 @@ def default_workers() -> int:
     replay's threads: :func:`pdm_replay.threads.cpu_budget`), at most 8 (past that the
     single reader and writer threads limit)."""
     return max(1, min(cpu_budget().cpus, 8))
+
+
+def check_engine_logs(logs: Sequence[Path], engine: str) -> Path | tuple[Path, ...]:
+    """``MasksConfig.log`` from the command's logs: the local engine reads one (a file
+    or a directory), the Ray engine any number."""
+    if engine not in ("local", "ray"):
+        raise FieldError("{engine} {got}: expected local or ray", got=engine)
+    if engine == "ray":
+        return tuple(logs)
+    if len(logs) != 1:
+        raise FieldError("{engine} local reads one log (a file or a directory of files), "
+                         "got {got}; put the files in one directory or use {engine} ray",
+                         got=len(logs))
+    return logs[0]
 
 
 def _check_train_columns(log: Path) -> None:

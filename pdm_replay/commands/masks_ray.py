@@ -31,11 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksSummary,
+from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksConfig,
+                                       MasksSummary,
                                        _check_train_columns, _raise_first, batch_tokens,
                                        output_schema, pair_regions, token_slices)
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
+from pdm_replay.io.reader import list_parquet_files, open_parquet, read_meta, read_table
 from pdm_replay.masks import MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
@@ -45,20 +46,6 @@ from pdm_replay.validate import ValidationReport, check_sample_ids, check_schema
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
                            ("parts", pa.list_(pa.string())), ("summary", pa.binary()),
                            ("error", pa.binary())])
-
-
-@dataclass(frozen=True)
-class RayMasksConfig:
-    """Options of ``pdm-replay masks --engine ray`` (1:1 with the CLI)."""
-
-    logs: Sequence[Path]
-    out: Path  # a directory: step=<t>/part-*.parquet, summary.parquet, manifest.json
-    masks: Sequence[str] | None = None  # None = every registered mask
-    thresholds: Thresholds = Thresholds()
-    vocab_size: int | None = None  # None = from the log's footer
-    address: str | None = None  # None: RAY_ADDRESS, else a local instance
-    workers: int | None = None  # concurrent map tasks; None = as many as the cluster's CPUs
-    resume: bool = False  # keep a crashed run's finished input files
 
 
 @dataclass(frozen=True)
@@ -74,6 +61,7 @@ class BlockContext:
     pairs: tuple[MaskPair, ...]
     regions: dict[str, tuple[str, float, float]]
     keys: dict[str, str]  # input file (as Ray names it) -> file key
+    threads: int = 1  # torch intra-op threads per task
 
 
 @dataclass
@@ -171,7 +159,7 @@ def process_block(block: pa.Table, ctx: BlockContext) -> pa.Table:
     rows = block.drop_columns(["path"])
     cuts = np.flatnonzero(paths[1:] != paths[:-1]) + 1
     results = []
-    with torch_threads(1):
+    with torch_threads(ctx.threads):
         for start, stop in zip([0, *cuts], [*cuts, len(paths)]):
             batch = rows.slice(start, stop - start).combine_chunks().to_batches()[0]
             results.append(_file_result(str(paths[start]), batch, ctx))
@@ -201,23 +189,27 @@ def input_files(logs: Sequence[Path | str]) -> list[str]:
     return out
 
 
-def plan_job(cfg: RayMasksConfig, stage: Path) -> RayPlan:
+def logs_of(cfg: MasksConfig) -> list[Path | str]:
+    """The logs of a run: ``cfg.log``, or each of a tuple of them."""
+    return list(cfg.log) if isinstance(cfg.log, (list, tuple)) else [cfg.log]
+
+
+def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     """The local command's file-level checks on every local log, then the job's plan."""
-    names = resolve_names(cfg.masks)
-    metas = [check_schema(log) for log in cfg.logs if "://" not in str(log)]
-    for log in cfg.logs:
-        if "://" not in str(log):
-            _check_train_columns(Path(log))
-    files = input_files(cfg.logs)
-    from pdm_replay.io.reader import read_meta
+    names, logs = resolve_names(cfg.masks), logs_of(cfg)
+    local = [Path(log) for log in logs if "://" not in str(log)]
+    metas = [check_schema(log) for log in local]  # validate's file-level checks, as local
+    for log in local:
+        _check_train_columns(log)
+    files = input_files(logs)
     meta = metas[0] if metas else read_meta(files[0])
     vocab = cfg.vocab_size or meta.vocab_size
-    source = ",".join(str(log) for log in cfg.logs)
+    source = ",".join(str(log) for log in logs)
     pairs = tuple(mask_pairs(names))
     keys = {_ray_name(f): file_key(f) for f in files}
     ctx = BlockContext(str(stage), output_schema(names, cfg.thresholds, vocab, meta, source),
                        tuple(names), cfg.thresholds, vocab, meta, pairs,
-                       pair_regions(list(pairs), cfg.thresholds), keys)
+                       pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads)
     rows = {f: open_parquet(f).metadata.num_rows for f in files}
     return RayPlan(files, rows, ctx, {f: file_key(f) for f in files})
 
@@ -303,7 +295,7 @@ def summary_of(out: Path, summary: pa.Table) -> MasksSummary:
         mass_overflow=totals(summary, "mass_overflow").get("", 0))
 
 
-def _commit(plan: RayPlan, stage: Path, cfg: RayMasksConfig) -> pa.Table:
+def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
     """Summary, then the manifest, then the rename: the output appears whole."""
     from pdm_replay.io.atomic import write_table_atomic
     from pdm_replay.io.staged import commit_staging, read_markers
@@ -315,13 +307,13 @@ def _commit(plan: RayPlan, stage: Path, cfg: RayMasksConfig) -> pa.Table:
     parts = sorted(p for m in markers for p in m["parts"])
     commit_staging(stage, cfg.out, {
         "pdm_replay.schema": "tokens/v1", "kind": "masks", "engine": "ray",
-        "logs": [str(log) for log in cfg.logs], "inputs": plan.files,
+        "logs": [str(log) for log in logs_of(cfg)], "inputs": plan.files,
         "rows": sum(m["rows"] for m in markers), "parts": parts, "summary": SUMMARY_FILE,
         "masks": list(plan.ctx.names), "vocab_size": plan.ctx.vocab})
     return summary
 
 
-def run_masks_ray(cfg: RayMasksConfig, on_progress: Callable[[int], None] | None = None
+def run_masks_ray(cfg: MasksConfig, on_progress: Callable[[int], None] | None = None
                   ) -> MasksSummary:
     """``pdm-replay masks --engine ray``: write ``cfg.out`` (a directory) atomically and
     return the summary. An input problem raises the local command's error and leaves
@@ -335,7 +327,7 @@ def run_masks_ray(cfg: RayMasksConfig, on_progress: Callable[[int], None] | None
         done = {m for m in read_markers(stage)} & set(plan.keys.values())
         _clear_unfinished(stage, done)
         todo = [f for f in plan.files if plan.keys[f] not in done]
-        with connected(cfg.address):
+        with connected(cfg.ray_address):
             execute(plan, todo, stage, cfg.workers, on_progress)
     except (ValueError, FileNotFoundError):
         discard_staging(cfg.out)
