@@ -17,10 +17,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pdm_replay"
 # is "pdm_replay"). Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("math",),
-    ("errors", "threads", "heap", "masks", "mask_kinds", "mask_catalog", "mask_table"),
+    ("errors", "threads", "heap", "masks", "mask_kinds", "mask_catalog", "mask_table",
+     "cluster"),
     ("schema",),
     ("io",),
-    ("validate", "tokens", "fixtures"),
+    ("validate", "tokens", "fixtures", "run_summary"),
     ("ingest", "logger", "integrations"),
     ("report",),
     ("replay", "loss", "sample"),

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -44,3 +46,16 @@ def test_bench_replay_real_size_runs_on_a_tiny_shape() -> None:
     assert all(t > 0 for t in (real["fwd_bwd_fwd_s"], real["fwd_bwd_fwd_reuse_s"],
                                 real["recompute_s"], real["seeds_s"], *real["per_mask_s"]))
     assert "Qwen3 of hidden 128, 2 layers, vocabulary 4,096" in res.stdout
+
+
+@pytest.mark.slow  # a local Ray instance starts (~30 s here) and runs four small jobs
+def test_bench_ray_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")
+    out = tmp_path / "bench_ray.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ray.py"), "--smoke",
+                    "--json", str(out)], check=True, capture_output=True, text=True,
+                   cwd=ROOT, env={**_env(), "PYTHONPATH": str(ROOT)})
+    figures = json.loads(out.read_text())
+    assert figures["tokens"] == 8 * 64 and figures["ray_cpus"] >= 1
+    assert all(figures[k] > 0 for k in ("local_s", "ray1_s", "ray2_s", "task_overhead_s",
+                                        "ray1_per_local_core", "ray2_per_ray1"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -17,7 +18,7 @@ from pdm_replay.masks import Thresholds
 from pdm_replay.replay.config import MASK_NAMES_HELP
 
 if TYPE_CHECKING:
-    from pdm_replay.commands.masks import MasksSummary
+    from pdm_replay.commands.masks import MasksConfig, MasksSummary
 
 
 
@@ -60,9 +61,31 @@ def print_summary(summary: MasksSummary, seconds: float) -> None:
     console.print(f"mass overflow (logged top-K mass > 1): {summary.mass_overflow} tokens")
 
 
-Log = Annotated[Path, typer.Argument(help="Rollout log with train_logprobs and "
-                                     "train_topk_logprobs (file or directory).")]
-Out = Annotated[Path, typer.Option("--out", "-o", help="tokens/v1 Parquet file to write.")]
+Log = Annotated[list[Path], typer.Argument(
+    help="Rollout log with train_logprobs and train_topk_logprobs (file or directory); "
+    "--engine ray takes several, and pyarrow filesystem URIs (s3://...).")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="tokens/v1 Parquet file to write "
+                                   "(--engine ray: a directory, step=<t>/part-*.parquet, "
+                                   "summary.parquet and manifest.json).")]
+
+
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", help="local: threads in this process, one output file. ray: Ray Data "
+    "tasks on a Ray cluster (read_parquet, then the same per-batch work in map_batches), "
+    "one part file per step and block, a per-step summary.parquet, committed whole; "
+    "needs pip install -e \".[ray]\".")]
+RayAddress = Annotated[Optional[str], typer.Option(
+    "--ray-address", help="--engine ray: the cluster to join (auto, host:6379, "
+    "ray://host:10001); default RAY_ADDRESS, else a local Ray instance on the usable "
+    "CPUs.")]
+Resume = Annotated[bool, typer.Option(
+    "--resume", help="--engine ray: after a killed run, redo only the input files it had "
+    "not finished (its staging directory .<out>.pdm-partial is kept until commit).")]
 MaskNames = Annotated[Optional[str], typer.Option("--masks", help=MASK_NAMES_HELP)]
 VocabSize = Annotated[Optional[int], typer.Option(
     "--vocab-size", min=1, help="n for the uniform-tail estimators (default: the log's "
@@ -73,9 +96,24 @@ BatchRows = Annotated[int, typer.Option(
 Workers = Annotated[Optional[int], typer.Option(
     "--workers", min=1, help="Work items (record batches cut to at most 65,536 tokens) "
     "validated and computed in parallel (default: the usable CPUs, at most 8). Each holds "
-    "about 50 MB of arrays.")]
+    "about 50 MB of arrays. --engine ray: Ray tasks at once (default: the cluster's "
+    "CPUs).")]
 Threads = Annotated[int, typer.Option("--threads", min=1,
                                       help="torch intra-op threads per worker.")]
+
+
+def _run(cfg: "MasksConfig", total: int) -> "MasksSummary":
+    from pdm_replay.commands.masks import run_masks
+    from pdm_replay.commands.masks_ray import run_masks_ray
+    start = time.perf_counter()
+    with progress_bar("masks", total, "samples") as bar:
+        def tick(rows: int, tokens: int | None = None) -> None:
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            rate = f"{(tokens or rows) / elapsed:,.0f} {'tok' if tokens else 'rows'}/s"
+            bar.update(bar.task_ids[0], completed=rows, rate=rate)
+        if cfg.engine == Engine.ray.value:
+            return run_masks_ray(cfg, on_progress=tick)
+        return run_masks(cfg, on_progress=tick)
 
 
 @app.command()
@@ -89,30 +127,30 @@ def masks(
     clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
     mask_param: MaskParams = None, mask_module: MaskModules = None,
     vocab_size: VocabSize = None, batch_rows: BatchRows = 512, workers: Workers = None,
-    threads: Threads = 1,
+    threads: Threads = 1, engine: EngineOpt = Engine.local, ray_address: RayAddress = None,
+    resume: Resume = False,
 ) -> None:
     """Compute, per token, top-K/binary KL and TV, the direction slopes (ratio and
     predictive, aggregated and uniform tail) and every mask's keep decision, from the
-    logged behavior AND training log-probs alone (no model). Writes tokens/v1 atomically.
+    logged behavior AND training log-probs alone (no model). Writes tokens/v1 atomically:
+    --engine local one file, --engine ray a directory partitioned by step.
     """
     # Imported when the command runs: torch and the readers are not needed for --help.
     from pdm_replay.io.reader import count_rows
-    from pdm_replay.commands.masks import MasksConfig, run_masks
+    from pdm_replay.commands.masks import MasksConfig, check_engine_logs
     try:
         load_mask_modules(mask_module)
-        cfg = MasksConfig(log=log, out=out, masks=parse_mask_list(mask_names),
+        cfg = MasksConfig(log=check_engine_logs(log, engine.value), out=out,
+                          masks=parse_mask_list(mask_names),
                           thresholds=threshold_options(eps, eps_low, eps_high, delta_kl,
                                                        delta_tv, clip_ratio_c,
                                                        parse_mask_params(mask_param)),
                           vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
-                          threads=threads)
-        total = count_rows(log)
+                          threads=threads, engine=engine.value, ray_address=ray_address,
+                          resume=resume)
+        total = sum(count_rows(p) for p in log if "://" not in str(p)) or None
         start = time.perf_counter()
-        with progress_bar("masks", total, "samples") as bar:
-            def tick(rows: int, tokens: int) -> None:
-                rate = f"{tokens / max(time.perf_counter() - start, 1e-9):,.0f} tok/s"
-                bar.update(bar.task_ids[0], completed=rows, rate=rate)
-            summary = run_masks(cfg, on_progress=tick)
-    except (ValueError, FileNotFoundError) as exc:
+        summary = _run(cfg, total)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
         fail(exc)
     print_summary(summary, time.perf_counter() - start)

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
@@ -44,14 +45,17 @@ MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 class MasksConfig:
     """Options of ``pdm-replay masks`` (1:1 with the CLI)."""
 
-    log: Path
-    out: Path
+    log: Path  # the Ray engine also takes a tuple of logs (files, directories or URIs)
+    out: Path  # local: one Parquet file; ray: a directory (step=<t>/part-*.parquet)
     masks: Sequence[str] | None = None  # None = every registered mask
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
     batch_rows: int = 512
     workers: int | None = None  # work items computed in parallel; None = default_workers()
     threads: int = 1  # torch intra-op threads per worker
+    engine: str = "local"  # "local" (threads in this process) | "ray" (commands.masks_ray)
+    ray_address: str | None = None  # ray: a cluster to join; None = RAY_ADDRESS or local
+    resume: bool = False  # ray: keep the finished input files of a killed run
 
 
 @dataclass
@@ -72,6 +76,20 @@ def default_workers() -> int:
     replay's threads: :func:`pdm_replay.threads.cpu_budget`), at most 8 (past that the
     single reader and writer threads limit)."""
     return max(1, min(cpu_budget().cpus, 8))
+
+
+def check_engine_logs(logs: Sequence[Path], engine: str) -> Path | tuple[Path, ...]:
+    """``MasksConfig.log`` from the command's logs: the local engine reads one (a file
+    or a directory), the Ray engine any number."""
+    if engine not in ("local", "ray"):
+        raise FieldError("{engine} {got}: expected local or ray", got=engine)
+    if engine == "ray":
+        return tuple(logs)
+    if len(logs) != 1:
+        raise FieldError("{engine} local reads one log (a file or a directory of files), "
+                         "got {got}; put the files in one directory or use {engine} ray",
+                         got=len(logs))
+    return logs[0]
 
 
 def _check_train_columns(log: Path) -> None:
@@ -123,7 +141,6 @@ def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatc
     seen: set[str] = set()
     for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows,
                                                   max_tokens=BATCH_TOKENS):
-        _check_batch_has_train(batch, file, first)
         report = ValidationReport(str(file), max_errors=1)
         check_sample_ids(batch, str(file), first, report, seen)
         _raise_first(report)
@@ -131,11 +148,15 @@ def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatc
             yield file, first + row, part
 
 
-def _batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: RolloutMeta,
-                  masks: dict[str, Mask]) -> tuple[int, pa.Table | None]:
-    """``(rows, tokens/v1 rows)`` of one batch after the ``validate`` checks; the batch's
-    first problem raises."""
+def batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: RolloutMeta,
+                 masks: dict[str, Mask]) -> tuple[int, pa.Table | None]:
+    """``(rows, tokens/v1 rows)`` of one work item ``(file, first row in file, batch)``
+    after the row checks (train log-probs present, then ``validate``'s checks); the
+    batch's first problem raises. The one per-batch function of both engines: the local
+    command's worker threads and the Ray engine's ``map_batches``
+    (:mod:`pdm_replay.commands.masks_ray`) call it."""
     file, first, batch = item
+    _check_batch_has_train(batch, file, first)
     report = ValidationReport(str(file), max_errors=1)
     flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False,
                        max_topk=meta.max_topk_entries)
@@ -176,6 +197,16 @@ def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter,
     summary.mass_overflow += int(cols["mass_overflow"].sum())
 
 
+def output_schema(names: Sequence[str], thresholds: Thresholds, vocab: int,
+                  meta: RolloutMeta, source_log: str) -> pa.Schema:
+    """The tokens/v1 schema and footer both engines write (every part file of the Ray
+    engine carries the same footer as the local command's one file)."""
+    return tokens_schema(names).with_metadata({
+        "pdm_replay.schema": "tokens/v1", THRESHOLDS_KEY: json.dumps(asdict(thresholds)),
+        "vocab_size": str(vocab), "source_log": source_log,
+        **({"tokenizer": meta.tokenizer} if meta.tokenizer else {})})
+
+
 def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None
               ) -> MasksSummary:
     """Stream the log, write tokens/v1 to ``cfg.out`` atomically, return the summary.
@@ -189,15 +220,12 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     _check_train_columns(cfg.log)
     vocab = cfg.vocab_size or meta.vocab_size
     masks = build_masks(names, cfg.thresholds)
-    schema = tokens_schema(names).with_metadata({
-        "pdm_replay.schema": "tokens/v1", THRESHOLDS_KEY: json.dumps(asdict(cfg.thresholds)),
-        "vocab_size": str(vocab), "source_log": str(cfg.log),
-        **({"tokenizer": meta.tokenizer} if meta.tokenizer else {})})
+    schema = output_schema(names, cfg.thresholds, vocab, meta, str(cfg.log))
     summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), mask_pairs(names)
     keeps.update({n: 0 for n in names})
     regions = pair_regions(pairs, cfg.thresholds)  # the thresholds hold for every batch
     rows = 0
-    work = partial(_batch_tokens, vocab=vocab, meta=meta, masks=masks)
+    work = partial(batch_tokens, vocab=vocab, meta=meta, masks=masks)
     with (torch_threads(cfg.threads), threaded_arrow_pool(),
           AtomicParquetWriter(cfg.out, schema) as writer, BackgroundSink(writer.write) as sink):
         for n_rows, table in ordered_map(work, prefetch(_record_batches(cfg)),

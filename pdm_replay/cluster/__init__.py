@@ -1,0 +1,1 @@
+"""Connecting to a Ray cluster (the engine that takes ``masks`` beyond one machine)."""
