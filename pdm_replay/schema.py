@@ -33,6 +33,10 @@ THRESHOLDS_KEY = "pdm_replay.thresholds"
 VARIANTS_KEY = "pdm_replay.mask_variants"
 # tokens footer: the thresholds the masks ran with (JSON of masks.Thresholds)
 THRESHOLDS_KEY = "pdm_replay.thresholds"
+# rollout footer, written by `pdm-replay recompute`: the checkpoint (a {step} template
+# as given) and the weight dtype its train_logprobs / train_topk_logprobs were computed with
+RECOMPUTE_CHECKPOINT_KEY = "pdm_replay.recompute.checkpoint"
+RECOMPUTE_DTYPE_KEY = "pdm_replay.recompute.dtype"
 CONVENTIONS = ("plus_sampled", "replace_last")
 LOGPROBS_MODES = ("raw", "processed")
 
