@@ -52,7 +52,8 @@ def checked_flat(table: pa.Table, vocab_size: int, max_topk: int | None, source:
                            max_topk=max_topk)
     if not report.ok or flat is None:
         problem = report.errors[0] if report.errors else "no usable rows"
-        raise InputError(problem, fix="run `pdm-replay validate` on the log for every problem")
+        raise InputError(str(problem), fix="run `pdm-replay validate` on the log for every "
+                         "problem")
     return flat
 
 
