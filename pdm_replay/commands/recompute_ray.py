@@ -18,15 +18,17 @@ callable class and ``concurrency``; ``ray/data/dataset.py``, ``map_batches``).
 from __future__ import annotations
 
 import os
+import pickle
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from pdm_replay.commands.recompute import Plan, RecomputeConfig, StepRecomputer, Unit
-from pdm_replay.errors import InputError
 from pdm_replay.threads import cpu_budget
+
+ERROR_COLUMN = "__pdm_replay_error__"  # an actor's input error, pickled
 
 
 class RecomputeActor:
@@ -36,10 +38,15 @@ class RecomputeActor:
         self.work = StepRecomputer(cfg, plan, device)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Unit descriptors ``step``, ``rows`` -> the units' rows, train columns filled."""
+        """Unit descriptors ``step``, ``rows`` -> the units' rows, train columns filled; a
+        bad input's error comes back as a one-row :data:`ERROR_COLUMN` table (Ray Data
+        replaces a raised exception by a ``UserCodeException`` without its message)."""
         units = [Unit(int(s), np.asarray(r, dtype=np.int64))
                  for s, r in zip(batch["step"].to_pylist(), batch["rows"].to_pylist())]
-        return pa.concat_tables([self.work(u) for u in units])
+        try:
+            return pa.concat_tables([self.work(u) for u in units])
+        except (ValueError, FileNotFoundError) as exc:  # what the CLI reports as bad input
+            return pa.table({ERROR_COLUMN: [pickle.dumps(exc)]})
 
 
 @contextmanager
@@ -72,34 +79,36 @@ def actor_resources(cfg: RecomputeConfig, n_units: int) -> tuple[int, float]:
     return max(1, min(workers, n_units)), gpus
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The input error a Ray task raised, out of Ray's wrappers (else ``exc``)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, InputError):
-            return seen
-        seen = getattr(seen, "cause", None) or seen.__cause__
-    return exc
+def _raise_error(table: pa.Table) -> None:
+    """Raise the input error an actor sent back (pickled by our own actor, not input)."""
+    if ERROR_COLUMN in table.column_names:
+        raise pickle.loads(table[ERROR_COLUMN][0].as_py())
 
 
 def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
     """Every unit's output table, in unit order, computed on Ray actors."""
     import ray
-    with ray_session(cfg.ray_address):
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = False
+    with ray_session(cfg.ray_address), _ordered(ray.data.DataContext.get_current()):
         workers, gpus = actor_resources(cfg, len(plan.units))
         items = [{"step": u.step, "rows": u.rows.tolist()} for u in plan.units]
         ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             RecomputeActor, batch_size=1, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cfg.threads, num_gpus=gpus or None,
-            fn_constructor_kwargs={"cfg": cfg, "plan": plan,
-                                   "device": "cuda" if gpus else "cpu"})
-        try:
-            yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
-        except Exception as exc:  # noqa: BLE001 - Ray wraps the task's error
-            cause = _cause(exc)
-            if cause is exc:
-                raise
-            raise cause from None
+            compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cfg.threads,
+            num_gpus=gpus or None, fn_constructor_kwargs={
+                "cfg": cfg, "plan": plan, "device": "cuda" if gpus else "cpu"})
+        for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            _raise_error(table)
+            yield table
+
+
+@contextmanager
+def _ordered(ctx: Any) -> Iterator[None]:
+    """Ray Data's context ``ctx`` (process-wide) with blocks kept in order and no progress
+    bars for the block, then as it was."""
+    opts = ctx.execution_options
+    before = (opts.preserve_order, ctx.enable_progress_bars)
+    opts.preserve_order, ctx.enable_progress_bars = True, False
+    try:
+        yield
+    finally:
+        opts.preserve_order, ctx.enable_progress_bars = before
