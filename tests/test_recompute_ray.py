@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pdm_replay.commands.recompute import RecomputeConfig, run_recompute
-from test_recompute import TEMPLATE, sample_subset
+from test_recompute_command import TEMPLATE, sample_subset
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
