@@ -65,7 +65,7 @@ RECOMPUTE_VS_LOGGED = 128 * ulp32(TINY_LOGP_MAGNITUDE)  # 1.2e-4
 # unpadded float32 forward per sequence, full log-softmax: other GEMM and attention shapes,
 # so a few ulps of the logits, then a float32 log-sum-exp over 4103 entries). Measured on
 # 48 rows (tests/test_recompute_command.py), 2026-12-06, worst |Δ| under
-# ATEN_CPU_CAPABILITY=default / this machine's own kernels: 1.6e-5 / 8.8e-6 at k, 1.9e-5 / 1.9e-5 over the top-K, that
-# is at most 10 ulps at 16; the bound is 64 ulps.
+# ATEN_CPU_CAPABILITY=default / this machine's own kernels: 1.6e-5 / 8.8e-6 at k,
+# 1.9e-5 / 1.9e-5 over the top-K, that is at most 10 ulps at 16; the bound is 64 ulps.
 SAMPLE_LOGP_MAGNITUDE = 16.0
 SAMPLE_RECOMPUTE_VS_LOGGED = 64 * ulp32(SAMPLE_LOGP_MAGNITUDE)  # 1.2e-4
