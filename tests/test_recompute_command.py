@@ -172,3 +172,16 @@ def test_config_errors_name_fields(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="^checkpoint ckpt/{epoch}: unknown field"):
         run_recompute(RecomputeConfig(log=tmp_path, checkpoint=Path("ckpt/{epoch}"),
                                       out=tmp_path / "o"))
+
+
+def test_each_steps_checkpoint_is_loaded_once(subset: Path, tmp_path: Path) -> None:
+    """Units of 8 rows (3 per step) in step order: a worker loads step 8, then step 9."""
+    from pdm_replay.commands.recompute import StepRecomputer, plan
+    cfg = RecomputeConfig(log=subset, checkpoint=TEMPLATE, out=tmp_path / "o.parquet",
+                          task_rows=5)  # rounded up to one micro-batch of 8
+    p = plan(cfg)
+    assert [(u.step, len(u.rows)) for u in p.units] == [(8, 8)] * 3 + [(9, 8)] * 3
+    work = StepRecomputer(cfg, p, "cpu")
+    for unit in p.units:
+        work(unit)
+    assert work.loads == [8, 9]

@@ -29,6 +29,7 @@ engine 'spark': expected one of local, ray
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -240,7 +241,8 @@ def run_recompute(cfg: RecomputeConfig, on_progress: Progress | None = None
         tables = ray_tables(cfg, p)
     else:
         tables = local_tables(cfg, p)
-    with RolloutWriter(cfg.out, output_meta(cfg, p.meta)) as writer:
+    # closing: a failed write stops the engine now (a Ray session this run started ends)
+    with closing(tables), RolloutWriter(cfg.out, output_meta(cfg, p.meta)) as writer:
         for table in tables:
             writer.append(table)
             summary.rows += table.num_rows

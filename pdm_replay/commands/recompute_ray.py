@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -95,7 +96,8 @@ def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
             RecomputeActor, batch_size=1, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cfg.threads,
             num_gpus=gpus or None, fn_constructor_kwargs={
-                "cfg": cfg, "plan": plan, "device": "cuda" if gpus else "cpu"})
+                "cfg": cfg, "plan": replace(plan, units=[]),  # actors get their units
+                "device": "cuda" if gpus else "cpu"})
         for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             _raise_error(table)
             yield table
