@@ -11,6 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+# Imported (and assertion-rewritten) now, before Ray's driver threads run: CPython 3.11.7
+# parses source for pytest's rewrite hook in a way that is not thread-safe (the
+# hypothesis plugin imports hypothesis lazily between tests; twice here that import died
+# with "SystemError: AST constructor recursion depth mismatch" while Ray ran: CPython
+# gh-106905, pytest-dev/pytest#10763).
+import hypothesis  # noqa: F401
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
