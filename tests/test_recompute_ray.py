@@ -1,6 +1,7 @@
 """`recompute --engine ray` on a real two-node Ray cluster on loopback
 (``ray.cluster_utils.Cluster``: a head and a second node, one CPU each): the output equals
-the local engine's, and a bad row fails with the local engine's message, leaving nothing.
+the local engine's, also when an actor is killed mid-job, and a bad row fails with the
+local engine's message, leaving nothing.
 
 Slow: on this 2-core machine under load (2026-12-06) the cluster took 20 s to start and
 each test about 50 s (two actors, each importing torch and transformers, twice).
@@ -8,6 +9,10 @@ each test about 50 s (two actors, each importing torch and transformers, twice).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -85,3 +90,34 @@ def test_ray_bad_row_gives_the_local_message(cluster: str, logs: tuple[Path, Pat
         assert not out.exists()
     assert said["ray"] == said["local"] and str(bad) in said["ray"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _kill_first_actor(stop: threading.Event, killed: list[int]) -> None:
+    """SIGKILL the first recompute actor process seen (Ray titles it after the class)."""
+    import psutil  # a Ray dependency
+    while not stop.is_set() and not killed:
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if "RecomputeActor" in " ".join(proc.info["cmdline"] or []):
+                os.kill(proc.info["pid"], signal.SIGKILL)
+                killed.append(proc.info["pid"])
+                return
+        time.sleep(0.2)
+
+
+def test_a_killed_actor_is_replaced_and_no_row_is_lost_or_doubled(
+        cluster: str, logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """An actor killed while the job runs (loading its step, or computing): Ray Data
+    restarts it and reruns its unit; the output still equals the local engine's."""
+    good, _ = logs
+    local = tmp_path / "local.parquet"
+    run_recompute(_config(good, local, "local"))
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_first_actor, args=(stop, killed), daemon=True)
+    killer.start()
+    try:
+        run_recompute(_config(good, tmp_path / "ray.parquet", "ray", cluster))
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no actor process was seen"
+    assert pq.read_table(tmp_path / "ray.parquet").equals(pq.read_table(local))
