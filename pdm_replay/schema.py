@@ -31,6 +31,10 @@ SCHEMA_KEY = "pdm_replay.schema"
 THRESHOLDS_KEY = "pdm_replay.thresholds"
 # tokens footer: each sweep variant `<mask>@<value>` -> {"mask": ..., "<field>": value}
 VARIANTS_KEY = "pdm_replay.mask_variants"
+# rollout footer, written by `pdm-replay recompute`: the checkpoint (a {step} template
+# as given) and the weight dtype its train_logprobs / train_topk_logprobs were computed with
+RECOMPUTE_CHECKPOINT_KEY = "pdm_replay.recompute.checkpoint"
+RECOMPUTE_DTYPE_KEY = "pdm_replay.recompute.dtype"
 CONVENTIONS = ("plus_sampled", "replace_last")
 LOGPROBS_MODES = ("raw", "processed")
 

@@ -29,12 +29,12 @@ from pdm_replay.masks import Thresholds, build_masks, weight_masks
 from pdm_replay.math.certificates import CERT_LABELS, certify
 from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
-from tolerances import SAMPLE_LOGP_MAGNITUDE, SAMPLE_RECOMPUTE_ATOL, ulp32
+from tolerances import SAMPLE_LOGP_MAGNITUDE, SAMPLE_RECOMPUTE_VS_LOGGED, ulp32
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 STEPS, PER_STEP = (8, 9), 32  # 2 seeds (--seed-by step) x 32 samples: ~400 loss tokens
 runner = CliRunner()
-EPS = SAMPLE_RECOMPUTE_ATOL  # |Δ log π| at any support entry (tolerances.py)
+EPS = SAMPLE_RECOMPUTE_VS_LOGGED  # |Δ log π| at any support entry (tolerances.py)
 # Exact: read from the log, never from π.
 FROM_LOG = ("step", "token_id", "advantage", "logp_behavior", "mu_tail", "support_size",
             "mass_overflow")

@@ -11,6 +11,7 @@ from pdm_replay.cli import validate as _validate  # noqa: F401  (registers comma
 from pdm_replay.cli import masks as _masks  # noqa: F401
 from pdm_replay.cli import ingest as _ingest  # noqa: F401
 from pdm_replay.cli import replay as _replay  # noqa: F401
+from pdm_replay.cli import recompute as _recompute  # noqa: F401
 from pdm_replay.cli import report as _report  # noqa: F401
 from pdm_replay.cli import sample as _sample  # noqa: F401
 from pdm_replay.cli import dashboard as _dashboard  # noqa: F401

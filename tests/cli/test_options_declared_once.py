@@ -19,6 +19,7 @@ from pdm_replay.ingest import IngestConfig
 from pdm_replay.replay.config import OPTION, ReplayConfig, flag
 from pdm_replay.report.build import ReportConfig
 from pdm_replay.commands.masks import MasksConfig
+from pdm_replay.commands.recompute import RecomputeConfig
 
 COMMANDS = typer.main.get_command(app).commands
 
@@ -69,6 +70,7 @@ def test_replay_options_are_the_config_fields() -> None:
      ("delta_kl", "delta_tv", "eps", "eps_low", "eps_high", "clip_ratio_c", "mask_param",
       "mask_module")),
     ("report", ReportConfig, {"source": "run", "format": "fmt"}, ("mask_module",)),
+    ("recompute", RecomputeConfig, {}, ()),
 ])
 def test_command_options_match_config_fields(command, cls, renamed, cli_only) -> None:
     params = _params(command)
