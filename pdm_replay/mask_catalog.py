@@ -241,7 +241,9 @@ register(MaskSpec("dsv32_offpolicy",
 
 # Other trainers' shipped masks (issue 37). TRL 1.16's vLLM IS correction lives in
 # _generate_and_score_completions (the weight multiplies the per-token loss), its CISPO
-# and SAPO in _compute_loss; the repositories' files are cited at each entry.
+# and SAPO in _compute_loss; the repositories' files are cited at each entry. TRL does not
+# bound the sequence log ratio; ISWeight clamps it to ±20 (verl's SAFETY_BOUND): the two
+# differ only where a response's ratio is below e^-20 (a weight under 2e-9 either way).
 for _mode, _red, _trunc in (("token_truncate", "", True), ("token_mask", "", False),
                             ("sequence_truncate", "sum", True), ("sequence_mask", "sum", False)):
     register(MaskSpec(f"trl_is_{_mode}", weight("trl_is_min", "trl_is_cap", _red, _trunc),
