@@ -17,6 +17,7 @@ callable class and ``concurrency``; ``ray/data/dataset.py``, ``map_batches``).
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 from contextlib import contextmanager
@@ -61,7 +62,8 @@ def ray_session(address: str | None) -> Iterator[None]:
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     where = {"address": address} if address else {"num_cpus": cpu_budget().cpus}
-    ray.init(**where, include_dashboard=False, log_to_driver=False)
+    ray.init(**where, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
     try:
         yield
     finally:
@@ -105,12 +107,14 @@ def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
 
 @contextmanager
 def _ordered(ctx: Any) -> Iterator[None]:
-    """Ray Data's context ``ctx`` (process-wide) with blocks kept in order and no progress
-    bars for the block, then as it was."""
-    opts = ctx.execution_options
-    before = (opts.preserve_order, ctx.enable_progress_bars)
+    """Ray Data's context ``ctx`` (process-wide) with blocks kept in order, no progress
+    bars and no INFO lines (the CLI shows its own progress) for the block, then as it was."""
+    opts, log = ctx.execution_options, logging.getLogger("ray.data")
+    before = (opts.preserve_order, ctx.enable_progress_bars, log.level)
     opts.preserve_order, ctx.enable_progress_bars = True, False
+    log.setLevel(logging.WARNING)
     try:
         yield
     finally:
-        opts.preserve_order, ctx.enable_progress_bars = before
+        opts.preserve_order, ctx.enable_progress_bars, level = before
+        log.setLevel(level)

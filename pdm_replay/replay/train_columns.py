@@ -14,9 +14,9 @@ Examples
 --------
 >>> import numpy as np, pyarrow as pa
 >>> topk = pa.array([[[3, 7], [7, 1, 2]]], pa.list_(pa.list_(pa.int32())))
->>> lp = np.array([[-1.0, -2.0, -np.inf], [-0.5, -0.1, -3.0]], np.float32)  # (N, W)
+>>> lp = np.array([[-1.0, -2.0, -np.inf], [-0.5, -0.25, -3.0]], np.float32)  # (N, W)
 >>> like_topk(topk, lp).to_pylist()
-[[[-1.0, -2.0], [-0.5, -0.1, -3.0]]]
+[[[-1.0, -2.0], [-0.5, -0.25, -3.0]]]
 """
 
 from __future__ import annotations
