@@ -7,6 +7,7 @@ command asks for the Ray engine, never at package import.
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ def connect(address: str | None = None) -> RayConnection:
     # with no address would join that one, with another user's resources and code)
     kwargs: dict[str, Any] = {"address": joining} if joining else {
         "address": "local", "num_cpus": cpu_budget().cpus, "include_dashboard": False}
-    ray.init(log_to_driver=False, configure_logging=False, **kwargs)
+    ray.init(log_to_driver=False, configure_logging=False, logging_level=logging.WARNING,
+             **kwargs)
     return RayConnection(joining, True, ray.cluster_resources().get("CPU", 0.0))
 
 

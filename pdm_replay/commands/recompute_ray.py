@@ -18,7 +18,6 @@ callable class and ``concurrency``; ``ray/data/dataset.py``, ``map_batches``).
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from pdm_replay.commands.recompute import Plan, RecomputeConfig, StepRecomputer, Unit
-from pdm_replay.threads import cpu_budget
+from pdm_replay.cluster.ray_engine import connected
 
 ERROR_COLUMN = "__pdm_replay_error__"  # an actor's input error, pickled
 
@@ -49,25 +48,6 @@ class RecomputeActor:
             return pa.concat_tables([self.work(u) for u in units])
         except (ValueError, FileNotFoundError) as exc:  # what the CLI reports as bad input
             return pa.table({ERROR_COLUMN: [pickle.dumps(exc)]})
-
-
-@contextmanager
-def ray_session(address: str | None) -> Iterator[None]:
-    """Ray for the block: the cluster at ``address`` (else ``RAY_ADDRESS``), else a local
-    instance sized to the usable CPUs (:func:`pdm_replay.threads.cpu_budget`). An already
-    initialised Ray (a caller's) is used as it is and left running."""
-    import ray
-    if ray.is_initialized():
-        yield
-        return
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    where = {"address": address} if address else {"num_cpus": cpu_budget().cpus}
-    ray.init(**where, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def actor_resources(cfg: RecomputeConfig, n_units: int) -> tuple[int, float]:
@@ -91,7 +71,7 @@ def _raise_error(table: pa.Table) -> None:
 def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
     """Every unit's output table, in unit order, computed on Ray actors."""
     import ray
-    with ray_session(cfg.ray_address), _ordered(ray.data.DataContext.get_current()):
+    with connected(cfg.ray_address), _ordered(ray.data.DataContext.get_current()):
         workers, gpus = actor_resources(cfg, len(plan.units))
         items = [{"step": u.step, "rows": u.rows.tolist()} for u in plan.units]
         ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
