@@ -136,6 +136,31 @@ def support_chart(masses: pl.DataFrame) -> alt.Chart:
     ).properties(height=280, width="container")
 
 
+DODGE = 0.02  # a spread point's step, as a share of the x range: a point's width apart
+NEAR = 0.01  # points closer than this share of both ranges overlap
+
+
+def dodge(frame: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
+    """``frame`` with ``<x>_shown``: ``x``, except that points within :data:`NEAR` of
+    each other's x and y ranges (overprinted marks) are spread sideways by
+    :data:`DODGE` of the x range, centred on their mean x.
+
+    >>> f = pl.DataFrame({"k": [0.90, 0.9001, 0.5], "d": [0.1, 0.1, 0.3]})
+    >>> [round(v, 3) for v in dodge(f, "k", "d")["k_shown"]]
+    [0.896, 0.904, 0.5]
+    """
+    if frame.height < 2:
+        return frame.with_columns(pl.col(x).alias(f"{x}_shown"))
+    span = {c: (frame[c].max() - frame[c].min()) or 1.0 for c in (x, y)}
+    cell = [pl.col(c).truediv(NEAR * span[c]).round(0).alias(f"_{c}") for c in (x, y)]
+    keys = [f"_{x}", f"_{y}"]
+    spread = (pl.int_range(pl.len()).over(keys) - (pl.len().over(keys) - 1) / 2)
+    return (frame.with_row_index("_row").with_columns(cell)
+            .with_columns((pl.col(x).mean().over(keys) + spread * DODGE * span[x])
+                          .alias(f"{x}_shown"))
+            .sort("_row").drop("_row", *keys))
+
+
 def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
     """Keep fraction (x: the cost in kept gradient) vs the median realized ΔD on
     out-of-region tokens under each mask's own update (y; rule p10–p90), one colour per
@@ -143,9 +168,11 @@ def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
     keep nearly the same fraction, and their labels overprinted each other); ``frame`` is
     :func:`pdm_replay.report.mask_comparison.mask_comparison` rows with a measured ΔD.
     Lower and to the right: the divergence kept down at little cost."""
+    frame = dodge(frame, "keep_fraction", "median_delta_d")
     base = alt.Chart(frame).encode(
-        x=alt.X("keep_fraction:Q", title="keep fraction (share of tokens whose gradient "
-                "is used)", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
+        x=alt.X("keep_fraction_shown:Q", title="keep fraction (share of tokens whose "
+                "gradient is used; points at one spot spread sideways, the tooltip is "
+                "exact)", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
         color=alt.Color("mask:N", title="mask"))
     tips = ["mask", "family", alt.Tooltip("keep_fraction:Q", format=".1%"),
             alt.Tooltip("median_delta_d:Q", format=".3g"),

@@ -32,9 +32,10 @@ VISIBLE_KEY = 6  # the key columns that fit VISIBLE_PX: update, pair, δ, rates,
 
 
 # the per-seed rates' columns shown first, and their labels
-SEED_RATES_KEY = ("seed", "basis", "pair", "delta", "n_disagree", "unsafe_ratio",
+# (the region, not δ: the IcePop pair's is a band, "ratio ∉ [0.5, 5.0]", not "0.5")
+SEED_RATES_KEY = ("seed", "basis", "pair", "region", "n_disagree", "unsafe_ratio",
                   "unsafe_predictive", "outcome")
-SEED_RATES_LABELS = {"basis": "update", "delta": "δ", "n_disagree": "disagreements",
+SEED_RATES_LABELS = {"basis": "update", "n_disagree": "disagreements",
                      "unsafe_ratio": "ratio unsafe", "unsafe_predictive": "pred. unsafe"}
 
 

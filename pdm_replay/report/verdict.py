@@ -225,8 +225,12 @@ def _log_only(rows: dict[str, dict[str, Any]], kind: str) -> str:
     r = next(iter(rows.values()))
     why = ("this is `masks` output: it has every decision and divergence but no ΔD"
            if kind == "masks" else "no update measured ΔD for this comparison")
-    return (f"{_name(r)}: {r['out_of_region_per_seed']:,.1f} tokens out of region and "
-            f"{r['disagreement_per_seed']:,.1f} disagreement tokens per seed; "
+    counts = (f"{r['out_of_region_per_seed']:,.0f} tokens out of region and "
+              f"{r['disagreement_per_seed']:,.0f} disagreement tokens in the log"
+              if kind == "masks" else
+              f"{r['out_of_region_per_seed']:,.1f} tokens out of region and "
+              f"{r['disagreement_per_seed']:,.1f} disagreement tokens per seed")
+    return (f"{_name(r)}: {counts}; "
             f"{why}, so no unsafe-keep rate: run `pdm-replay replay` with the training "
             "checkpoint to measure which mask keeps fewer unsafe tokens.")
 

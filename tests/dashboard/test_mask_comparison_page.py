@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
@@ -47,3 +48,20 @@ def test_masks_output_says_why_delta_d_is_empty(app_for, masks_file: Path) -> No
     assert not at.get("vega_lite_chart")
     shown = at.dataframe[0].value
     assert len(shown) > 0 and (shown["median ΔD"] == "–").all()
+
+
+def test_overlapping_points_are_spread_and_keep_their_exact_values() -> None:
+    """Masks of one family keep nearly the same fraction with nearly the same median ΔD:
+    their points overprinted one another. Spread, every pair of points is apart."""
+    from pdm_replay.dashboard_app.charts import DODGE, NEAR, dodge
+
+    frame = pl.DataFrame({"mask": ["a", "b", "c", "d"],
+                          "keep_fraction": [0.95, 0.9501, 0.9502, 0.60],
+                          "median_delta_d": [0.01, 0.01, 0.0101, 0.2]})
+    shown = dodge(frame, "keep_fraction", "median_delta_d")
+    assert shown["keep_fraction"].equals(frame["keep_fraction"])  # the tooltip's, exact
+    xs = sorted(shown["keep_fraction_shown"].to_list()[:3])
+    step = DODGE * (0.9502 - 0.60)
+    assert all(b - a >= step * (1 - 1e-9) for a, b in zip(xs, xs[1:]))
+    assert abs(sum(xs) / 3 - frame["keep_fraction"][:3].mean()) < NEAR
+    assert shown["keep_fraction_shown"][3] == 0.60  # a point alone stays put

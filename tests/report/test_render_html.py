@@ -44,3 +44,35 @@ def test_no_histogram_of_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
                           schema_overrides={"delta_d_kept": pl.Float64})
     assert kept_deltas_png(deltas)[:4] == b"\x89PNG"
     assert labels == ["kept by a (n=2)"]  # no "n=0" side, no empty panel's histogram
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.browser
+def test_html_report_fits_1280_px_in_chromium(tmp_path: Path) -> None:
+    """The HTML report of a run with every comparison, opened at 1,280 px: the page
+    never scrolls sideways (wide tables scroll inside their block)."""
+    pw = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("needs the chromium apt package")
+    from pdm_replay.report.plots import report_plots
+    from pdm_replay.report.synthetic import example_run
+
+    with connect(example_run()) as db:
+        page_html = render_html(build_report(db, bootstrap_samples=50), report_plots(db))
+    path = tmp_path / "report.html"
+    path.write_text(page_html)
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM),
+                                    args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(path.as_uri())
+            width = page.evaluate("document.documentElement.scrollWidth")
+            widest = page.evaluate("Math.max(...[...document.querySelectorAll('table')]"
+                                   ".map(t => t.scrollWidth))")
+        finally:
+            browser.close()
+    assert width <= 1280, width
+    assert widest > 0

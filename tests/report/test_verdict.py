@@ -151,3 +151,14 @@ def test_masks_output_says_it_has_no_delta_d(hand_masks_file: Path) -> None:
     assert "this is `masks` output: it has every decision and divergence but no ΔD" \
         in report.verdicts[0].text
     assert verdicts(report.headline, report.seed_rates, kind="masks")[0].numbers == {}
+    # hand_masks_file: KL out of region 5 + 3 tokens, kl/agg disagreements 3 + 3
+    assert "8 tokens out of region and 6 disagreement tokens in the log" in \
+        report.verdicts[0].text
+
+
+def test_by_step_verdicts_name_their_step(hand_run: Path) -> None:
+    result = runner.invoke(app, ["report", str(hand_run), "--format", "json", "--by", "step",
+                                 "--bootstrap-samples", "50"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["verdicts"] and {v["step"] for v in doc["verdicts"]} == {0}
