@@ -1,5 +1,5 @@
 """The per-step ``mismatch`` and ``keep_stats`` of ``report --format json`` equal the
-trainers' own functions on the same step's tokens (tests/report/trainer_oracles.py says how
+trainers' own functions on the same step's tokens (tests/trainer_oracles.py says how
 each is called): on the shipped sample (a masks run of ``sample_data/rollouts``, which has
 train log-probs and loss masks) and on a synthetic log with a large mismatch (exp clamps,
 IS caps and TRL's sequence mask reached).
