@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ from pdm_replay.cli import app
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.mask_kinds import Criterion
 from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.report.db import connect
+from pdm_replay.report.mismatch import step_metrics
+from pdm_replay.report.synthetic import write_synthetic_run
 from trainer_oracles import padded, trl_clip_ratio, trl_sampling, verl_metrics
 
 pytest.importorskip("verl", reason="verl is not installed")
@@ -185,3 +189,19 @@ def test_topk_keys_from_the_token_columns(sample: tuple[dict, list[dict], Path])
             assert obj[f"topk/{f}_topk_p99"] == pytest.approx(np.quantile(finite, 0.99),
                                                               rel=REL)
             assert obj[f"topk/{f}_topk_out_of_region@0.15"] == (d > 0.15).sum() / len(d)
+
+
+def test_replay_run_counts_each_token_once(tmp_path: Path) -> None:
+    """A replay that drew the same tokens into two seeds gives the same per-step metrics as
+    one seed: a step's batch is its tokens, each once."""
+    run = write_synthetic_run(tmp_path / "run", seeds=(0,), rows_per_seed=300)
+    with connect(run) as db:
+        before = step_metrics(db)
+    again = run / "tokens" / "seed=1"
+    again.mkdir()
+    shutil.copy(run / "tokens" / "seed=0" / "part-0000.parquet", again / "part-0000.parquet")
+    with connect(run) as db:
+        assert db.query("SELECT count(DISTINCT seed) AS n FROM tokens")["n"][0] == 2
+        after = step_metrics(db)
+    assert before[0].height and before[1].height
+    assert before[0].equals(after[0]) and before[1].equals(after[1])
