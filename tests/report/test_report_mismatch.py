@@ -205,3 +205,24 @@ def test_replay_run_counts_each_token_once(tmp_path: Path) -> None:
         after = step_metrics(db)
     assert before[0].height and before[1].height
     assert before[0].equals(after[0]) and before[1].equals(after[1])
+
+
+def test_table_markdown_and_html_show_the_step_tables(synthetic: tuple[dict, list[dict], Path],
+                                                      tmp_path: Path) -> None:
+    """The per-step tables in every text format (the trainers' names as headers), the two
+    plots in HTML."""
+    tokens = synthetic[2]
+    runner = CliRunner()
+    texts = {}
+    for fmt in ("table", "markdown", "html"):
+        out = tmp_path / f"r.{fmt}"
+        res = runner.invoke(app, ["report", str(tokens), "--format", fmt, "--bootstrap-samples",
+                                  "10", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        texts[fmt] = out.read_text()
+    assert "Training–inference mismatch per step" in texts["table"]
+    assert "rollout_corr/kl" in texts["table"] and "clip_ratio/low_mean" in texts["table"]
+    assert "| step | rollout_corr/training_ppl |" in texts["markdown"]
+    assert "| step | mask | masked_fraction |" in texts["markdown"]
+    assert ">sampling/importance_sampling_ratio/max</th>" in texts["html"]
+    assert 'alt="mismatch"' in texts["html"] and 'alt="keep_stats"' in texts["html"]
