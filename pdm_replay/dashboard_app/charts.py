@@ -196,4 +196,4 @@ def metric_panel(frame: pl.DataFrame, metric: str) -> alt.Chart:
         x=alt.X("step:Q", title="step", axis=alt.Axis(format="d")),
         y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
         tooltip=["step", alt.Tooltip("value:Q", format=".4g")],
-    ).properties(title=metric, height=160, width="container")
+    ).properties(title=alt.TitleParams(metric, fontSize=10), height=160, width="container")

@@ -104,8 +104,11 @@ def mismatch_row(db: ReportDB, frame: pl.DataFrame) -> dict[str, Any]:
                                                           cap=t.tis_cap).items()}
         out |= {TRL + k: v for k, v in sampling_metrics(lt, lb, seqs, mode=TRL_IS_MODE,
                                                          cap_max=TRL_IS_CAP).items()}
+    # the run's δ and every δ a comparison analyses on that top-K divergence (not the
+    # comparisons whose region is on another statistic, e.g. IcePop's band on r)
     deltas = {f: sorted({getattr(t, f"delta_{f}")} | {c.delta for c in db.layout.comparisons
-                                                      if c.family == f}) for f in ("kl", "tv")}
+                                                      if c.stat == f"{f}_topk"})
+              for f in ("kl", "tv")}
     out |= {TOPK + k: v for k, v in topk_metrics(_tensor(frame, "kl_topk"),
                                                  _tensor(frame, "tv_topk"), deltas).items()}
     return out

@@ -50,7 +50,7 @@ PAGES = {  # sidebar link -> texts the page must show
     "Log health": ["Top-K mass coverage", "Validation of the rollout log"],
     "Attribution": ["Attribution"],
     "Mask comparison": ["Keep fraction vs realized ΔD", "Every mask", "out of region kept"],
-    "Mismatch over training": ["rollout_corr/chi2_seq", "sampling/importance_sampling_ratio/max",
+    "Mismatch over training": ["verl: off-policy metrics", "TRL: sampling/*",
                                "Keep statistics per mask"],
     "Disagreements": ["disagreement tokens", "Token detail:", "µ vs π_pre vs π_post"],
 }

@@ -12,14 +12,15 @@ from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.render import display_frame
 
-# (key prefix, section title); a metric's section is the first prefix it starts with
-SECTIONS = (("rollout_corr/rollout_rs_", "verl: rejection sampling, masked token fraction"),
+# (key prefix, section title) in display order; a metric's section is the longest prefix
+# it starts with
+SECTIONS = (("rollout_corr/", "verl: off-policy metrics (compute_offpolicy_metrics)"),
             ("rollout_corr/rollout_is_", "verl: sequence IS weights (rollout_is=sequence)"),
-            ("rollout_corr/", "verl: off-policy metrics (compute_offpolicy_metrics)"),
             ("rollout_corr_token/", "verl: token IS weights (rollout_is=token)"),
+            ("rollout_corr/rollout_rs_", "verl: rejection sampling, masked token fraction"),
             ("sampling/", "TRL: sampling/*"),
             ("topk/", "Top-K KL and TV (only top-K logs allow these)"))
-PER_ROW = 4
+PER_ROW = 3
 KEEP_COLUMNS = ("masked_fraction", "masked_fraction_adv_pos", "masked_fraction_adv_neg",
                 "out_of_region_kept_fraction", "out_of_region_dropped_fraction",
                 "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -31,13 +32,15 @@ def _grid(frame: pl.DataFrame, metrics: list[str]) -> None:
             col.altair_chart(charts.metric_panel(frame, metric))
 
 
+def _section(metric: str) -> str:
+    return max((p for p, _ in SECTIONS if metric.startswith(p)), key=len, default="")
+
+
 def _sections(frame: pl.DataFrame) -> None:
-    left = [c for c in frame.columns if c != "step"]
     for i, (prefix, title) in enumerate(SECTIONS):
-        mine = [c for c in left if c.startswith(prefix)]
-        left = [c for c in left if c not in mine]
+        mine = [c for c in frame.columns if c != "step" and _section(c) == prefix]
         if mine:
-            with st.expander(f"{title} ({len(mine)})", expanded=i >= 2):
+            with st.expander(f"{title} ({len(mine)})", expanded=i == 0 or i >= 4):
                 _grid(frame, mine)
 
 

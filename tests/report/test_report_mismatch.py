@@ -1,5 +1,5 @@
 """The per-step ``mismatch`` and ``keep_stats`` of ``report --format json`` equal the
-trainers' own functions on the same step's tokens (tests/report/trainer_oracles.py says how
+trainers' own functions on the same step's tokens (tests/trainer_oracles.py says how
 each is called): on the shipped sample (a masks run of ``sample_data/rollouts``, which has
 train log-probs and loss masks) and on a synthetic log with a large mismatch (exp clamps,
 IS caps and TRL's sequence mask reached).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ from pdm_replay.cli import app
 from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.mask_kinds import Criterion
 from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.report.db import connect
+from pdm_replay.report.mismatch import step_metrics
+from pdm_replay.report.synthetic import write_synthetic_run
 from trainer_oracles import padded, trl_clip_ratio, trl_sampling, verl_metrics
 
 pytest.importorskip("verl", reason="verl is not installed")
@@ -185,3 +189,40 @@ def test_topk_keys_from_the_token_columns(sample: tuple[dict, list[dict], Path])
             assert obj[f"topk/{f}_topk_p99"] == pytest.approx(np.quantile(finite, 0.99),
                                                               rel=REL)
             assert obj[f"topk/{f}_topk_out_of_region@0.15"] == (d > 0.15).sum() / len(d)
+
+
+def test_replay_run_counts_each_token_once(tmp_path: Path) -> None:
+    """A replay that drew the same tokens into two seeds gives the same per-step metrics as
+    one seed: a step's batch is its tokens, each once."""
+    run = write_synthetic_run(tmp_path / "run", seeds=(0,), rows_per_seed=300)
+    with connect(run) as db:
+        before = step_metrics(db)
+    again = run / "tokens" / "seed=1"
+    again.mkdir()
+    shutil.copy(run / "tokens" / "seed=0" / "part-0000.parquet", again / "part-0000.parquet")
+    with connect(run) as db:
+        assert db.query("SELECT count(DISTINCT seed) AS n FROM tokens")["n"][0] == 2
+        after = step_metrics(db)
+    assert before[0].height and before[1].height
+    assert before[0].equals(after[0]) and before[1].equals(after[1])
+
+
+def test_table_markdown_and_html_show_the_step_tables(synthetic: tuple[dict, list[dict], Path],
+                                                      tmp_path: Path) -> None:
+    """The per-step tables in every text format (the trainers' names as headers), the two
+    plots in HTML."""
+    tokens = synthetic[2]
+    runner = CliRunner()
+    texts = {}
+    for fmt in ("table", "markdown", "html"):
+        out = tmp_path / f"r.{fmt}"
+        res = runner.invoke(app, ["report", str(tokens), "--format", fmt, "--bootstrap-samples",
+                                  "10", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        texts[fmt] = out.read_text()
+    assert "Training–inference mismatch per step" in texts["table"]
+    assert "rollout_corr/kl" in texts["table"] and "clip_ratio/low_mean" in texts["table"]
+    assert "| step | rollout_corr/training_ppl |" in texts["markdown"]
+    assert "| step | mask | masked_fraction |" in texts["markdown"]
+    assert ">sampling/importance_sampling_ratio/max</th>" in texts["html"]
+    assert 'alt="mismatch"' in texts["html"] and 'alt="keep_stats"' in texts["html"]
