@@ -49,7 +49,10 @@ def _keep(keep: pl.DataFrame) -> None:
                  "masked, masked with Â > 0 / Â < 0, out of the mask's region kept / dropped; "
                  "TRL's clip_ratio/* for the ratio masks.")
     masks = keep["mask"].unique(maintain_order=True).to_list()
-    mask = st.selectbox("Mask", masks, key="mismatch_mask")
+    # open on the first mask that drops any token (`none` and idle masks show only zeros)
+    drops = set(keep.filter(pl.col("masked_fraction") > 0)["mask"].to_list())
+    first = next((i for i, m in enumerate(masks) if m in drops), 0)
+    mask = st.selectbox("Mask", masks, index=first, key="mismatch_mask")
     mine = keep.filter(pl.col("mask") == mask)
     shown = [c for c in KEEP_COLUMNS if c in mine.columns and mine[c].null_count() < mine.height]
     _grid(mine, shown)
