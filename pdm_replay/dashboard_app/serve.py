@@ -16,11 +16,12 @@ with the earlier warm-up thread: "partially initialized module 'pandas' has no a
 
 from __future__ import annotations
 
+import logging
 import sys
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from importlib import import_module
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from pdm_replay.dashboard_app import PAGES, warmup
 
@@ -38,13 +39,36 @@ FIRST_USE_IMPORTS = ("pandas", "streamlit.emojis", "streamlit.material_icon_name
                      "pyarrow.pandas_compat", "pyarrow.vendored.version")
 
 
+@contextmanager
+def no_runtime_yet() -> Iterator[None]:
+    """Quiet Streamlit's "No runtime found, using MemoryCacheStorageManager" while the
+    pages' modules are imported before its server exists: ``st.cache_data`` checks each
+    decorated function's parameters against a storage manager at decoration time
+    (``DataCaches.validate_cache_params``, streamlit/runtime/caching/cache_data_api.py) and
+    warns that it checked them against the in-memory one; the caches themselves are
+    created in the sessions, under the runtime's manager. Other messages still show."""
+    try:
+        from streamlit.runtime.caching import cache_data_api
+        log = cache_data_api._LOGGER
+    except (ImportError, AttributeError):  # another Streamlit: its message, if any, shows
+        yield
+        return
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def preload() -> None:
     """Import the first page's module, :data:`FIRST_USE_IMPORTS` and Streamlit's server,
     then fill ``inspect``'s module cache: the first element a Streamlit process sends
     checks whether it runs in a REPL by walking the stack (``env_util.is_repl``), which maps
     every loaded module to its file, 0.14–0.22 s of the first session's first element in a
     trace of the server; done here it takes 0.06 s and leaves that session 0.002 s."""
-    import_module(FIRST_PAGE_MODULE)
+    with no_runtime_yet():
+        import_module(FIRST_PAGE_MODULE)
     for module in (*FIRST_USE_IMPORTS, "streamlit.web.server"):
         with suppress(ImportError):
             import_module(module)

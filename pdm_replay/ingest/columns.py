@@ -56,6 +56,7 @@ from pdm_replay.schema import ROLLOUT_V1
 
 JOINABLE = ("sample_id", "group_id")  # may name several columns, joined by "/"
 TOPK = ("topk_ids", "topk_logprobs")
+ID_COLUMNS = ("prompt_ids", "response_ids", "topk_ids")  # token ids: integers, never cast
 MAPPINGS = Path(__file__).with_name("mappings")
 SHIPPED = ("open-instruct",)  # --mapping NAME: mappings/<name with _>.toml
 
@@ -88,6 +89,8 @@ class ColumnMapping:
         """One input record -> rollout/v1 names; a scalar advantage is broadcast."""
         row = {ours: rec.get(theirs) if isinstance(theirs, str) else _joined(rec, theirs)
                for ours, theirs in self.columns.items()}
+        for ours in ID_COLUMNS:
+            _check_ids(row.get(ours), ours, self.columns.get(ours))
         row.update({k: v for k, v in self.defaults.items() if row.get(k) is None})
         adv, ids = row.get("advantages"), row.get("response_ids")
         if isinstance(adv, (int, float)) and isinstance(ids, list):
@@ -122,6 +125,18 @@ class ColumnMapping:
             cols["topk_logprobs"] = pa.ListArray.from_arrays(
                 pa.array(offsets.astype(np.int32)), empty.cast(pa.list_(pa.float32())))
         return pa.table(cols)
+
+
+def _check_ids(value: Any, ours: str, theirs: Any) -> None:
+    """Raise :class:`IngestError` unless every id in ``value`` (nested lists) is an integer:
+    a JSON record's ids are never converted from texts ("12") or floats (13.5)."""
+    if isinstance(value, list):
+        for item in value:
+            _check_ids(item, ours, theirs)
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise IngestError(f"mapped column {theirs!r} ({ours}) holds {type(value).__name__} "
+                          f"{value!r}, not integer token ids; map the column of token ids "
+                          "(tokenize texts first): ids are never converted")
 
 
 def _joined(rec: Mapping, names: list[str]) -> str | None:
@@ -166,8 +181,40 @@ def _parquet(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Ro
                      f"mapped columns {', '.join(missing)} are not in the file; it has "
                      f"{', '.join(pf.schema_arrow.names)}")
         return
+    for problem in non_integer_ids(pf.schema_arrow, mapping):
+        yield Reject(Location(str(path), "file"), problem)
+        return
     with reading(path):  # a corrupt page fails mid-file: an error naming it
         yield from _parquet_rows(path, pf, mapping, chunk_rows)
+
+
+def non_integer_ids(schema: pa.Schema, mapping: ColumnMapping) -> list[str]:
+    """Why each mapped id column (``prompt_ids``, ``response_ids``, ``topk_ids``) of an
+    input ``schema`` cannot be token ids: its values are not integers. Casting would turn
+    token texts ("12", or words) or floats into ids that look valid and are wrong, so the
+    file is refused instead.
+
+    >>> m = ColumnMapping(columns={"response_ids": "text"})
+    >>> non_integer_ids(pa.schema([("text", pa.list_(pa.string()))]), m)[0][:43]
+    "mapped column 'text' (response_ids) holds s"
+    >>> non_integer_ids(pa.schema([("text", pa.list_(pa.int64()))]), m)
+    []
+    """
+    out = []
+    for ours in ID_COLUMNS:
+        theirs = mapping.columns.get(ours)
+        if not isinstance(theirs, str) or theirs not in schema.names:
+            continue
+        value = schema.field(theirs).type
+        while pa.types.is_list(value) or pa.types.is_large_list(value) or \
+                pa.types.is_fixed_size_list(value):
+            value = value.value_type
+        if not (pa.types.is_integer(value) or pa.types.is_null(value)):
+            out.append(f"mapped column {theirs!r} ({ours}) holds {value} values, not integer "
+                       f"token ids ({schema.field(theirs).type}); map the column of token "
+                       "ids (tokenize texts first): ids are never converted from "
+                       f"{value}")
+    return out
 
 
 def _parquet_rows(path: Path, pf: pq.ParquetFile, mapping: ColumnMapping,

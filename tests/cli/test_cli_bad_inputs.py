@@ -109,6 +109,33 @@ def string_response_ids(g: Inputs, d: Path) -> Case:
     return Case(d / "string_ids.parquet", ["response_ids", "string"])
 
 
+def _ids_as(g: Inputs, d: Path, column: str, convert) -> Case:
+    """The log with ``column``'s ids turned into ``convert(id)`` (texts or floats)."""
+    table = pq.read_table(g.log)
+    def each(v):
+        return [each(x) for x in v] if isinstance(v, list) else convert(v)
+    values = pa.array([each(r) for r in table[column].to_pylist()])
+    table = table.set_column(table.schema.get_field_index(column), column, values)
+    path = d / f"{column}_{values.type.value_type}.parquet".replace("<", "").replace(">", "")
+    pq.write_table(table.replace_schema_metadata(pq.read_schema(g.log).metadata), path)
+    return Case(path, [column])
+
+
+def string_prompt_ids(g: Inputs, d: Path) -> Case:
+    case = _ids_as(g, d, "prompt_ids", str)
+    return Case(case.path, case.says + ["string", "not integer token ids"])
+
+
+def string_topk_ids(g: Inputs, d: Path) -> Case:
+    case = _ids_as(g, d, "topk_ids", str)
+    return Case(case.path, case.says + ["string", "not integer token ids"])
+
+
+def float_response_ids(g: Inputs, d: Path) -> Case:
+    case = _ids_as(g, d, "response_ids", float)
+    return Case(case.path, case.says + ["double", "not integer token ids"])
+
+
 def footer_not_a_number(g: Inputs, d: Path) -> Case:
     table = pq.read_table(g.log)
     md = {**table.schema.metadata, b"vocab_size": b"abc"}
@@ -171,7 +198,12 @@ LOG_CASES: dict[str, tuple[Callable[[Inputs, Path], Case], tuple[str, ...]]] = {
     "not-parquet": (not_parquet, ("validate", "masks", "replay")),
     "no-advantages": (no_advantages, ("validate", "masks", "replay")),
     "no-topk-logprobs": (no_topk_logprobs, ("validate", "masks", "replay")),
-    "string-response-ids": (string_response_ids, ("validate", "masks", "replay")),
+    # ingest: ids are never cast from texts or floats (a column of token texts would
+    # become wrong ids); the file and column are named
+    "string-response-ids": (string_response_ids, ("validate", "masks", "replay", "ingest")),
+    "string-prompt-ids": (string_prompt_ids, ("ingest",)),
+    "string-topk-ids": (string_topk_ids, ("ingest",)),
+    "float-response-ids": (float_response_ids, ("ingest",)),
     "footer-vocab-abc": (footer_not_a_number, ("validate", "masks", "replay")),
     "topk-too-long": (topk_too_long, ("validate", "masks", "replay", "ingest")),
     "value-1e308": (huge_value, ("validate", "masks", "replay")),

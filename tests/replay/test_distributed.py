@@ -128,11 +128,15 @@ def _toy_step(model, x, keep, n_tokens, grad_reduce, optimizer):
     return delta, snap.matches()
 
 
-def _toy_rank(rank: int, world: int, port: int, out: str) -> None:
+def _toy_rank(rank: int, world: int, out: str) -> None:
     import torch.distributed as dist
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))
+    # A file store, not a TCP port: a port found free and released can be taken by any
+    # other process before rank 0 binds it (other jobs on a shared machine: issue 35). The
+    # timeout bounds a wait for the other rank, which may still be starting on a loaded
+    # machine; a rank that fails ends the test at once (start_processes joins).
+    dist.init_process_group("gloo", init_method=f"file://{Path(out) / 'store'}", rank=rank,
+                            world_size=world, timeout=timedelta(minutes=30))
     me = Dist(rank=rank, world_size=world, backend="gloo")
     try:
         model, x, keep, tokens = _toy_problem()
@@ -155,7 +159,7 @@ def _toy_rank(rank: int, world: int, port: int, out: str) -> None:
 def test_two_gloo_ranks_step_equals_one_process(tmp_path, monkeypatch):
     import torch.multiprocessing as mp
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # the spawned ranks inherit it
-    mp.start_processes(_toy_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True,
+    mp.start_processes(_toy_rank, args=(2, str(tmp_path)), nprocs=2, join=True,
                        start_method="spawn")
     model, x, keep, tokens = _toy_problem()
     n = int(tokens.sum())
