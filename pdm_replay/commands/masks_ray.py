@@ -44,7 +44,8 @@ from pdm_replay.threads import torch_threads
 from pdm_replay.validate import ValidationReport, check_sample_ids, check_schema
 
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
-                           ("parts", pa.list_(pa.string())), ("summary", pa.binary()),
+                           ("parts", pa.list_(pa.string())),
+                           ("part_rows", pa.list_(pa.int64())), ("summary", pa.binary()),
                            ("error", pa.binary())])
 
 
@@ -116,8 +117,10 @@ def _checked_tables(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> list
         return _block_tables(path, first, batch, ctx)
 
 
-def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext) -> list[str]:
-    """One part per step of the block's tokens/v1 rows; names relative to the stage."""
+def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext
+                 ) -> list[tuple[str, int]]:
+    """One part per step of the block's tokens/v1 rows: ``(name relative to the stage,
+    rows)`` of each."""
     table = pa.concat_tables(tables)
     steps = table.column("step").to_numpy()
     parts = []
@@ -127,7 +130,7 @@ def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext) -> list[st
         target.parent.mkdir(exist_ok=True)  # the stage itself must exist: no parents
         with AtomicParquetWriter(target, ctx.schema) as writer:
             writer.write(table.filter(pa.array(steps == step)))
-        parts.append(rel)
+        parts.append((rel, writer.rows))
     return parts
 
 
@@ -136,8 +139,8 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
     try:
         tables = _checked_tables(path, batch, ctx)
     except ValueError as exc:
-        return {"file": path, "rows": batch.num_rows, "parts": [], "summary": None,
-                "error": pickle.dumps(exc)}
+        return {"file": path, "rows": batch.num_rows, "parts": [], "part_rows": [],
+                "summary": None, "error": pickle.dumps(exc)}
     sid = batch.column("sample_id")[0].as_py()
     key = f"{ctx.keys[path]}-{_block_key(str(sid))}"
     parts = _write_parts(tables, key, ctx) if tables else []
@@ -146,8 +149,9 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, SUMMARY_SCHEMA) as writer:
         writer.write_table(counts)
-    return {"file": path, "rows": batch.num_rows, "parts": parts,
-            "summary": sink.getvalue().to_pybytes(), "error": None}
+    return {"file": path, "rows": batch.num_rows, "parts": [p for p, _ in parts],
+            "part_rows": [n for _, n in parts], "summary": sink.getvalue().to_pybytes(),
+            "error": None}
 
 
 def process_block(block: pa.Table, ctx: BlockContext) -> pa.Table:
@@ -219,7 +223,7 @@ class Progress:
     """Per input file: rows done so far, parts and summary tables of its finished blocks."""
 
     rows: Counter = field(default_factory=Counter)
-    parts: dict[str, list[str]] = field(default_factory=dict)
+    parts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # (part, rows)
     summaries: dict[str, list[pa.Table]] = field(default_factory=dict)
 
 
@@ -242,7 +246,7 @@ def _take(plan: RayPlan, stage: Path, result: dict[str, Any], progress: Progress
         raise pickle.loads(result["error"])
     file = next(f for f in plan.files if _ray_name(f) == result["file"])
     progress.rows[file] += result["rows"]
-    progress.parts.setdefault(file, []).extend(result["parts"])
+    progress.parts.setdefault(file, []).extend(zip(result["parts"], result["part_rows"]))
     progress.summaries.setdefault(file, []).append(_summary_table(result["summary"]))
     if progress.rows[file] == plan.rows[file]:
         _file_done(plan, stage, file, progress)
@@ -304,11 +308,12 @@ def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
     summary = combine([pa.Table.from_pylist(m["summary"], schema=SUMMARY_SCHEMA)
                        for m in markers])
     write_table_atomic(stage / SUMMARY_FILE, summary)
-    parts = sorted(p for m in markers for p in m["parts"])
+    parts = dict(sorted((p, n) for m in markers for p, n in m["parts"]))
     commit_staging(stage, cfg.out, {
         "pdm_replay.schema": "tokens/v1", "kind": "masks", "engine": "ray",
         "logs": [str(log) for log in logs_of(cfg)], "inputs": plan.files,
-        "rows": sum(m["rows"] for m in markers), "parts": parts, "summary": SUMMARY_FILE,
+        "rows": sum(m["rows"] for m in markers), "tokens": sum(parts.values()),
+        "parts": parts, "summary": SUMMARY_FILE,
         "masks": list(plan.ctx.names), "vocab_size": plan.ctx.vocab})
     return summary
 
