@@ -35,6 +35,7 @@ from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksCon
                                        MasksSummary,
                                        _check_train_columns, _raise_first, batch_tokens,
                                        output_schema, pair_regions, token_slices)
+from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import list_parquet_files, open_parquet, read_meta, read_table
 from pdm_replay.masks import MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
@@ -46,7 +47,7 @@ from pdm_replay.validate import ValidationReport, check_sample_ids, check_schema
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
                            ("parts", pa.list_(pa.string())),
                            ("part_rows", pa.list_(pa.int64())), ("summary", pa.binary()),
-                           ("error", pa.binary())])
+                           ("ids", pa.binary()), ("error", pa.binary())])
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
         tables = _checked_tables(path, batch, ctx)
     except ValueError as exc:
         return {"file": path, "rows": batch.num_rows, "parts": [], "part_rows": [],
-                "summary": None, "error": pickle.dumps(exc)}
+                "summary": None, "ids": None, "error": pickle.dumps(exc)}
     sid = batch.column("sample_id")[0].as_py()
     key = f"{ctx.keys[path]}-{_block_key(str(sid))}"
     parts = _write_parts(tables, key, ctx) if tables else []
@@ -151,7 +152,7 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
         writer.write_table(counts)
     return {"file": path, "rows": batch.num_rows, "parts": [p for p, _ in parts],
             "part_rows": [n for _, n in parts], "summary": sink.getvalue().to_pybytes(),
-            "error": None}
+            "ids": id_hashes(batch.column("sample_id")), "error": None}
 
 
 def process_block(block: pa.Table, ctx: BlockContext) -> pa.Table:
@@ -225,6 +226,7 @@ class Progress:
     rows: Counter = field(default_factory=Counter)
     parts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # (part, rows)
     summaries: dict[str, list[pa.Table]] = field(default_factory=dict)
+    ids: dict[str, list[bytes]] = field(default_factory=dict)  # sample_id hashes
 
 
 def _summary_table(data: bytes) -> pa.Table:
@@ -235,6 +237,7 @@ def _file_done(plan: RayPlan, stage: Path, file: str, progress: Progress) -> Non
     from pdm_replay.io.staged import write_marker
     from pdm_replay.run_summary import combine
     summary = combine(progress.summaries.pop(file, []))
+    save_ids(stage, plan.keys[file], progress.ids.pop(file, []))  # before the marker
     write_marker(stage, plan.keys[file], {
         "file": file, "rows": progress.rows[file], "parts": progress.parts.pop(file, []),
         "summary": summary.to_pylist()})
@@ -248,6 +251,7 @@ def _take(plan: RayPlan, stage: Path, result: dict[str, Any], progress: Progress
     progress.rows[file] += result["rows"]
     progress.parts.setdefault(file, []).extend(zip(result["parts"], result["part_rows"]))
     progress.summaries.setdefault(file, []).append(_summary_table(result["summary"]))
+    progress.ids.setdefault(file, []).append(result["ids"])
     if progress.rows[file] == plan.rows[file]:
         _file_done(plan, stage, file, progress)
 
@@ -334,6 +338,7 @@ def run_masks_ray(cfg: MasksConfig, on_progress: Callable[[int], None] | None = 
         todo = [f for f in plan.files if plan.keys[f] not in done]
         with connected(cfg.ray_address):
             execute(plan, todo, stage, cfg.workers, on_progress)
+        check_unique(stage, plan.files, plan.keys)  # ids repeated across blocks
     except (ValueError, FileNotFoundError):
         discard_staging(cfg.out)
         raise
