@@ -152,3 +152,17 @@ def test_an_id_repeated_across_blocks_is_the_local_error(tmp_path: Path,
     with pytest.raises(ValueError) as ray:
         check_unique(stage, plan.files, plan.keys)
     assert str(ray.value) == str(local.value) and "repeated (row 5)" in str(ray.value)
+
+
+def test_a_filesystem_uri_is_planned_like_its_path(tmp_path: Path, two_files: Path) -> None:
+    from pdm_replay.commands.masks import check_engine_logs
+    uri = f"file://{two_files.resolve()}"
+    logs = check_engine_logs([uri, str(two_files)], "ray")
+    assert logs == (uri, two_files)  # a Path would fold file:// into file:/
+    by_uri = plan_job(MasksConfig(log=(uri,), out=tmp_path / "u", engine="ray"),
+                      open_staging(tmp_path / "u", resume=False))
+    by_path = plan_job(MasksConfig(log=(two_files,), out=tmp_path / "p", engine="ray"),
+                       open_staging(tmp_path / "p", resume=False))
+    assert [f.removeprefix("file://") for f in by_uri.files] == by_path.files
+    assert list(by_uri.rows.values()) == list(by_path.rows.values()) == [24, 16]
+    assert by_uri.ctx.keys.keys() == by_path.ctx.keys.keys()  # as Ray's path column names them

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksConfig,
                                        MasksSummary,
@@ -37,7 +38,7 @@ from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksCon
                                        output_schema, pair_regions, token_slices)
 from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.reader import list_parquet_files, open_parquet, read_meta, read_table
+from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
 from pdm_replay.masks import MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
@@ -199,6 +200,15 @@ def logs_of(cfg: MasksConfig) -> list[Path | str]:
     return list(cfg.log) if isinstance(cfg.log, (list, tuple)) else [cfg.log]
 
 
+def footer(path: str) -> pq.ParquetFile:
+    """The Parquet footer of one input file, local or a pyarrow filesystem URI."""
+    if "://" not in path:
+        return open_parquet(path)
+    from pyarrow import fs
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    return pq.ParquetFile(inner, filesystem=filesystem)
+
+
 def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     """The local command's file-level checks on every local log, then the job's plan."""
     names, logs = resolve_names(cfg.masks), logs_of(cfg)
@@ -207,7 +217,8 @@ def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     for log in local:
         _check_train_columns(log)
     files = input_files(logs)
-    meta = metas[0] if metas else read_meta(files[0])
+    meta = metas[0] if metas else RolloutMeta.from_metadata(
+        footer(files[0]).schema_arrow.metadata, files[0])
     vocab = cfg.vocab_size or meta.vocab_size
     source = ",".join(str(log) for log in logs)
     pairs = tuple(mask_pairs(names))
@@ -215,7 +226,7 @@ def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     ctx = BlockContext(str(stage), output_schema(names, cfg.thresholds, vocab, meta, source),
                        tuple(names), cfg.thresholds, vocab, meta, pairs,
                        pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads)
-    rows = {f: open_parquet(f).metadata.num_rows for f in files}
+    rows = {f: footer(f).metadata.num_rows for f in files}
     return RayPlan(files, rows, ctx, {f: file_key(f) for f in files})
 
 
@@ -268,7 +279,7 @@ def execute(plan: RayPlan, todo: list[str], stage: Path, workers: int | None,
     todo = [f for f in todo if plan.rows[f]]
     if not todo:
         return
-    present = open_parquet(todo[0]).schema_arrow.names  # optional columns as the log has
+    present = footer(todo[0]).schema_arrow.names  # optional columns as the log has
     columns = [c for c in MASK_INPUT_COLUMNS if c in present]
     ds = ray.data.read_parquet(todo, columns=columns, include_paths=True)
     results = ds.map_batches(process_block, batch_size=None, batch_format="pyarrow",
