@@ -10,7 +10,10 @@ step per file), then, in this one run:
             its wall time over the file count (every task still reads, checks and
             writes its parts), after a warm-up job that starts the worker processes.
 Prints (and with ``--json`` writes) the rates and the issue's two ratios: per-worker
-throughput ray x1 / local (target >= 0.8) and ray x2 / ray x1 (target >= 1.7).
+throughput ray x1 / local (target >= 0.8) and ray x2 / ray x1 (target >= 1.7), from wall
+time; and tokens per CPU second (this process, plus the ``ray::`` worker processes of the
+Ray instance it started), which a machine shared with other jobs distorts less than wall
+time (a worker that exits between two readings takes its CPU seconds with it).
 ``--smoke`` runs a tiny log (tests/test_benchmarks.py).
 
     python benchmarks/bench_ray.py --tokens 20000000 --files 16
@@ -52,10 +55,27 @@ def build_log(d: Path, tokens: int, files: int, response_len: int) -> Path:
     return log
 
 
-def _timed(fn, *args) -> tuple[float, object]:
-    start = time.perf_counter()
+def _ray_worker_cpu() -> float:
+    """CPU seconds so far of this process's Ray workers (``ray::`` processes below the
+    local instance it started; another user's Ray on the machine is not counted)."""
+    import psutil
+    total = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if " ".join(proc.cmdline()).startswith("ray::"):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:  # exited meanwhile
+            continue
+    return total
+
+
+def _timed(fn, *args) -> tuple[float, float, object]:
+    """Wall seconds, CPU seconds (this process and the Ray workers) and the result."""
+    start, cpu = time.perf_counter(), time.process_time() + _ray_worker_cpu()
     out = fn(*args)
-    return time.perf_counter() - start, out
+    return (time.perf_counter() - start, time.process_time() + _ray_worker_cpu() - cpu,
+            out)
 
 
 def measure(log: Path, tiny: Path, work: Path) -> dict:
@@ -64,24 +84,25 @@ def measure(log: Path, tiny: Path, work: Path) -> dict:
     from pdm_replay.cluster.ray_engine import connected
     from pdm_replay.commands.masks import MasksConfig, run_masks
     from pdm_replay.commands.masks_ray import run_masks_ray
-    local_s, summary = _timed(run_masks, MasksConfig(log=log, out=work / "local.parquet",
-                                                     workers=1))
+    local_s, local_cpu, summary = _timed(run_masks, MasksConfig(
+        log=log, out=work / "local.parquet", workers=1))
     (work / "local.parquet").unlink()
-    out: dict = {"tokens": summary.tokens, "local_s": local_s}
+    out: dict = {"tokens": summary.tokens, "local_s": local_s, "local_cpu_s": local_cpu}
     start = time.perf_counter()
     with connected(None) as conn:
         out["ray_init_s"], out["ray_cpus"] = time.perf_counter() - start, conn.cpus
         # warm-up: the first job starts the worker processes (each imports torch)
-        out["warmup_s"], _ = _timed(run_masks_ray, MasksConfig(
+        out["warmup_s"], _, _ = _timed(run_masks_ray, MasksConfig(
             log=(tiny,), out=work / "warm", engine="ray"))
         for workers in (1, 2):
             cfg = MasksConfig(log=(log,), out=work / f"ray{workers}", engine="ray",
                               workers=workers)
-            out[f"ray{workers}_s"], _ = _timed(run_masks_ray, cfg)
+            out[f"ray{workers}_s"], out[f"ray{workers}_cpu_s"], _ = _timed(run_masks_ray,
+                                                                          cfg)
             shutil.rmtree(cfg.out)
         files = len(list(tiny.glob("*.parquet")))
-        tiny_s, _ = _timed(run_masks_ray, MasksConfig(log=(tiny,), out=work / "tiny",
-                                                      engine="ray", workers=1))
+        tiny_s, _, _ = _timed(run_masks_ray, MasksConfig(log=(tiny,), out=work / "tiny",
+                                                         engine="ray", workers=1))
         out["task_overhead_s"] = tiny_s / files
     return out
 
@@ -89,9 +110,12 @@ def measure(log: Path, tiny: Path, work: Path) -> dict:
 def ratios(m: dict) -> dict:
     """Rates (tokens/s) and the issue's ratios."""
     rate = {k: m["tokens"] / m[f"{k}_s"] for k in ("local", "ray1", "ray2")}
+    per_cpu = {k: m["tokens"] / m[f"{k}_cpu_s"] for k in ("local", "ray1", "ray2")}
     return {**{f"{k}_tok_s": v for k, v in rate.items()},
+            **{f"{k}_tok_per_cpu_s": v for k, v in per_cpu.items()},
             "ray1_per_local_core": rate["ray1"] / rate["local"],
-            "ray2_per_ray1": rate["ray2"] / rate["ray1"]}
+            "ray2_per_ray1": rate["ray2"] / rate["ray1"],
+            "ray1_per_local_cpu_s": per_cpu["ray1"] / per_cpu["local"]}
 
 
 def main() -> None:

@@ -130,3 +130,39 @@ def test_the_local_engine_reads_one_log(tmp_path: Path, two_files: Path) -> None
     res = _invoke([str(two_files / "a.parquet"), str(two_files / "b.parquet"), "--out",
                    str(tmp_path / "l.parquet")])
     assert res.exit_code != 0 and "--engine local reads one log" in " ".join(res.output.split())
+
+
+def test_an_id_repeated_across_blocks_is_the_local_error(tmp_path: Path,
+                                                         two_files: Path) -> None:
+    from pdm_replay.commands.masks_ray import Progress, _take
+    from pdm_replay.commands.sample_ids import check_unique
+    t = pq.read_table(two_files / "b.parquet")
+    ids = t.column("sample_id").to_pylist()
+    ids[5] = pq.read_table(two_files / "a.parquet").column("sample_id")[7].as_py()
+    pq.write_table(t.set_column(0, t.schema.field("sample_id"),
+                                pa.array(ids, pa.string())), two_files / "b.parquet")
+    with pytest.raises(ValueError) as local:
+        run_masks(MasksConfig(log=two_files, out=tmp_path / "l.parquet"))
+    cfg = MasksConfig(log=(two_files,), out=tmp_path / "ray", engine="ray")
+    stage = open_staging(cfg.out, resume=False)
+    plan, progress = plan_job(cfg, stage), Progress()
+    for f in sorted(two_files.glob("*.parquet")):  # one block per file: each alone is fine
+        for result in process_block(_block([f]), plan.ctx).to_pylist():
+            _take(plan, stage, result, progress)
+    with pytest.raises(ValueError) as ray:
+        check_unique(stage, plan.files, plan.keys)
+    assert str(ray.value) == str(local.value) and "repeated (row 5)" in str(ray.value)
+
+
+def test_a_filesystem_uri_is_planned_like_its_path(tmp_path: Path, two_files: Path) -> None:
+    from pdm_replay.commands.masks import check_engine_logs
+    uri = f"file://{two_files.resolve()}"
+    logs = check_engine_logs([uri, str(two_files)], "ray")
+    assert logs == (uri, two_files)  # a Path would fold file:// into file:/
+    by_uri = plan_job(MasksConfig(log=(uri,), out=tmp_path / "u", engine="ray"),
+                      open_staging(tmp_path / "u", resume=False))
+    by_path = plan_job(MasksConfig(log=(two_files,), out=tmp_path / "p", engine="ray"),
+                       open_staging(tmp_path / "p", resume=False))
+    assert [f.removeprefix("file://") for f in by_uri.files] == by_path.files
+    assert list(by_uri.rows.values()) == list(by_path.rows.values()) == [24, 16]
+    assert by_uri.ctx.keys.keys() == by_path.ctx.keys.keys()  # as Ray's path column names them

@@ -61,7 +61,7 @@ def print_summary(summary: MasksSummary, seconds: float) -> None:
     console.print(f"mass overflow (logged top-K mass > 1): {summary.mass_overflow} tokens")
 
 
-Log = Annotated[list[Path], typer.Argument(
+Log = Annotated[list[str], typer.Argument(  # str: a Path would fold s3:// into s3:/
     help="Rollout log with train_logprobs and train_topk_logprobs (file or directory); "
     "--engine ray takes several, and pyarrow filesystem URIs (s3://...).")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="tokens/v1 Parquet file to write "

@@ -78,18 +78,20 @@ def default_workers() -> int:
     return max(1, min(cpu_budget().cpus, 8))
 
 
-def check_engine_logs(logs: Sequence[Path], engine: str) -> Path | tuple[Path, ...]:
+def check_engine_logs(logs: Sequence[str | Path], engine: str
+                      ) -> Path | tuple[Path | str, ...]:
     """``MasksConfig.log`` from the command's logs: the local engine reads one (a file
-    or a directory), the Ray engine any number."""
+    or a directory), the Ray engine any number (a pyarrow filesystem URI stays a
+    string: ``s3://b/x``)."""
     if engine not in ("local", "ray"):
         raise FieldError("{engine} {got}: expected local or ray", got=engine)
     if engine == "ray":
-        return tuple(logs)
+        return tuple(str(log) if "://" in str(log) else Path(log) for log in logs)
     if len(logs) != 1:
         raise FieldError("{engine} local reads one log (a file or a directory of files), "
                          "got {got}; put the files in one directory or use {engine} ray",
                          got=len(logs))
-    return logs[0]
+    return Path(logs[0])
 
 
 def _check_train_columns(log: Path) -> None:

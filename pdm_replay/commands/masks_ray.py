@@ -30,13 +30,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksConfig,
                                        MasksSummary,
                                        _check_train_columns, _raise_first, batch_tokens,
                                        output_schema, pair_regions, token_slices)
+from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.reader import list_parquet_files, open_parquet, read_meta, read_table
+from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
 from pdm_replay.masks import MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
@@ -44,8 +46,9 @@ from pdm_replay.threads import torch_threads
 from pdm_replay.validate import ValidationReport, check_sample_ids, check_schema
 
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
-                           ("parts", pa.list_(pa.string())), ("summary", pa.binary()),
-                           ("error", pa.binary())])
+                           ("parts", pa.list_(pa.string())),
+                           ("part_rows", pa.list_(pa.int64())), ("summary", pa.binary()),
+                           ("ids", pa.binary()), ("error", pa.binary())])
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,10 @@ def _checked_tables(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> list
         return _block_tables(path, first, batch, ctx)
 
 
-def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext) -> list[str]:
-    """One part per step of the block's tokens/v1 rows; names relative to the stage."""
+def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext
+                 ) -> list[tuple[str, int]]:
+    """One part per step of the block's tokens/v1 rows: ``(name relative to the stage,
+    rows)`` of each."""
     table = pa.concat_tables(tables)
     steps = table.column("step").to_numpy()
     parts = []
@@ -127,7 +132,7 @@ def _write_parts(tables: list[pa.Table], key: str, ctx: BlockContext) -> list[st
         target.parent.mkdir(exist_ok=True)  # the stage itself must exist: no parents
         with AtomicParquetWriter(target, ctx.schema) as writer:
             writer.write(table.filter(pa.array(steps == step)))
-        parts.append(rel)
+        parts.append((rel, writer.rows))
     return parts
 
 
@@ -136,8 +141,8 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
     try:
         tables = _checked_tables(path, batch, ctx)
     except ValueError as exc:
-        return {"file": path, "rows": batch.num_rows, "parts": [], "summary": None,
-                "error": pickle.dumps(exc)}
+        return {"file": path, "rows": batch.num_rows, "parts": [], "part_rows": [],
+                "summary": None, "ids": None, "error": pickle.dumps(exc)}
     sid = batch.column("sample_id")[0].as_py()
     key = f"{ctx.keys[path]}-{_block_key(str(sid))}"
     parts = _write_parts(tables, key, ctx) if tables else []
@@ -146,8 +151,9 @@ def _file_result(path: str, batch: pa.RecordBatch, ctx: BlockContext) -> dict[st
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, SUMMARY_SCHEMA) as writer:
         writer.write_table(counts)
-    return {"file": path, "rows": batch.num_rows, "parts": parts,
-            "summary": sink.getvalue().to_pybytes(), "error": None}
+    return {"file": path, "rows": batch.num_rows, "parts": [p for p, _ in parts],
+            "part_rows": [n for _, n in parts], "summary": sink.getvalue().to_pybytes(),
+            "ids": id_hashes(batch.column("sample_id")), "error": None}
 
 
 def process_block(block: pa.Table, ctx: BlockContext) -> pa.Table:
@@ -194,6 +200,15 @@ def logs_of(cfg: MasksConfig) -> list[Path | str]:
     return list(cfg.log) if isinstance(cfg.log, (list, tuple)) else [cfg.log]
 
 
+def footer(path: str) -> pq.ParquetFile:
+    """The Parquet footer of one input file, local or a pyarrow filesystem URI."""
+    if "://" not in path:
+        return open_parquet(path)
+    from pyarrow import fs
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    return pq.ParquetFile(inner, filesystem=filesystem)
+
+
 def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     """The local command's file-level checks on every local log, then the job's plan."""
     names, logs = resolve_names(cfg.masks), logs_of(cfg)
@@ -202,7 +217,8 @@ def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     for log in local:
         _check_train_columns(log)
     files = input_files(logs)
-    meta = metas[0] if metas else read_meta(files[0])
+    meta = metas[0] if metas else RolloutMeta.from_metadata(
+        footer(files[0]).schema_arrow.metadata, files[0])
     vocab = cfg.vocab_size or meta.vocab_size
     source = ",".join(str(log) for log in logs)
     pairs = tuple(mask_pairs(names))
@@ -210,7 +226,7 @@ def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     ctx = BlockContext(str(stage), output_schema(names, cfg.thresholds, vocab, meta, source),
                        tuple(names), cfg.thresholds, vocab, meta, pairs,
                        pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads)
-    rows = {f: open_parquet(f).metadata.num_rows for f in files}
+    rows = {f: footer(f).metadata.num_rows for f in files}
     return RayPlan(files, rows, ctx, {f: file_key(f) for f in files})
 
 
@@ -219,8 +235,9 @@ class Progress:
     """Per input file: rows done so far, parts and summary tables of its finished blocks."""
 
     rows: Counter = field(default_factory=Counter)
-    parts: dict[str, list[str]] = field(default_factory=dict)
+    parts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # (part, rows)
     summaries: dict[str, list[pa.Table]] = field(default_factory=dict)
+    ids: dict[str, list[bytes]] = field(default_factory=dict)  # sample_id hashes
 
 
 def _summary_table(data: bytes) -> pa.Table:
@@ -231,6 +248,7 @@ def _file_done(plan: RayPlan, stage: Path, file: str, progress: Progress) -> Non
     from pdm_replay.io.staged import write_marker
     from pdm_replay.run_summary import combine
     summary = combine(progress.summaries.pop(file, []))
+    save_ids(stage, plan.keys[file], progress.ids.pop(file, []))  # before the marker
     write_marker(stage, plan.keys[file], {
         "file": file, "rows": progress.rows[file], "parts": progress.parts.pop(file, []),
         "summary": summary.to_pylist()})
@@ -242,8 +260,9 @@ def _take(plan: RayPlan, stage: Path, result: dict[str, Any], progress: Progress
         raise pickle.loads(result["error"])
     file = next(f for f in plan.files if _ray_name(f) == result["file"])
     progress.rows[file] += result["rows"]
-    progress.parts.setdefault(file, []).extend(result["parts"])
+    progress.parts.setdefault(file, []).extend(zip(result["parts"], result["part_rows"]))
     progress.summaries.setdefault(file, []).append(_summary_table(result["summary"]))
+    progress.ids.setdefault(file, []).append(result["ids"])
     if progress.rows[file] == plan.rows[file]:
         _file_done(plan, stage, file, progress)
 
@@ -260,7 +279,7 @@ def execute(plan: RayPlan, todo: list[str], stage: Path, workers: int | None,
     todo = [f for f in todo if plan.rows[f]]
     if not todo:
         return
-    present = open_parquet(todo[0]).schema_arrow.names  # optional columns as the log has
+    present = footer(todo[0]).schema_arrow.names  # optional columns as the log has
     columns = [c for c in MASK_INPUT_COLUMNS if c in present]
     ds = ray.data.read_parquet(todo, columns=columns, include_paths=True)
     results = ds.map_batches(process_block, batch_size=None, batch_format="pyarrow",
@@ -304,11 +323,12 @@ def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
     summary = combine([pa.Table.from_pylist(m["summary"], schema=SUMMARY_SCHEMA)
                        for m in markers])
     write_table_atomic(stage / SUMMARY_FILE, summary)
-    parts = sorted(p for m in markers for p in m["parts"])
+    parts = dict(sorted((p, n) for m in markers for p, n in m["parts"]))
     commit_staging(stage, cfg.out, {
         "pdm_replay.schema": "tokens/v1", "kind": "masks", "engine": "ray",
         "logs": [str(log) for log in logs_of(cfg)], "inputs": plan.files,
-        "rows": sum(m["rows"] for m in markers), "parts": parts, "summary": SUMMARY_FILE,
+        "rows": sum(m["rows"] for m in markers), "tokens": sum(parts.values()),
+        "parts": parts, "summary": SUMMARY_FILE,
         "masks": list(plan.ctx.names), "vocab_size": plan.ctx.vocab})
     return summary
 
@@ -329,6 +349,7 @@ def run_masks_ray(cfg: MasksConfig, on_progress: Callable[[int], None] | None = 
         todo = [f for f in plan.files if plan.keys[f] not in done]
         with connected(cfg.ray_address):
             execute(plan, todo, stage, cfg.workers, on_progress)
+        check_unique(stage, plan.files, plan.keys)  # ids repeated across blocks
     except (ValueError, FileNotFoundError):
         discard_staging(cfg.out)
         raise

@@ -33,6 +33,7 @@ from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
                                       run_coverage)
+from pdm_replay.report.masks_output import whole_run
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.report.verdict import Verdict, trainer_mask_of, verdicts
 
@@ -82,6 +83,8 @@ SECTIONS = (
     ("certificates", "Sign certificates (KL): decisions the logged support alone settles"),
     ("attribution", "Why direction predictions failed: first-order attribution of ΔD_kl "
                     "(updates `actual` and `none`)"),
+    ("whole_run", "Whole run (summary.parquet, every token): each mask's kept tokens, "
+                  "each ratio/predictive pair's out-of-region and disagreement tokens"),
     ("mask_summary", "Mask summary"),
     ("mask_comparison", "Mask comparison: keep fraction (the cost in kept gradient) vs the "
                         "realized ΔD on out-of-region tokens under each mask's own update "
@@ -120,12 +123,14 @@ class Report:
     verdicts: tuple[Verdict, ...] = ()  # report.verdict: what the run shows, first
     mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
     keep_stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
+    whole_run: pl.DataFrame = field(default_factory=pl.DataFrame)  # masks --engine ray only
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
         only when some comparison was analysed at several δ)."""
         return [(key, title, getattr(self, key)) for key, title in SECTIONS
-                if key != "threshold_comparison" or getattr(self, key).height]
+                if key not in ("threshold_comparison", "whole_run")
+                or getattr(self, key).height]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run description, every table as a list of rows, notes."""
@@ -183,7 +188,15 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   else {}, verdicts=tuple(verdicts(
                       head, rates, kind=db.info.kind, confidence=confidence,
                       trainer_mask=trainer_mask_of(db.info.manifest))),
-                  mismatch=mismatch, keep_stats=keep_stats)
+                  mismatch=mismatch, keep_stats=keep_stats, whole_run=_whole_run(db))
+
+
+def _whole_run(db: ReportDB) -> pl.DataFrame:
+    """The summary's counts (of the connection's step under ``--by step``), where the
+    run has a ``summary.parquet``."""
+    if db.info.summary is None:
+        return pl.DataFrame()
+    return whole_run(db.info.summary, db.named("report_step")["step"][0])
 
 
 def _attribution(db: ReportDB) -> pl.DataFrame:

@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.report.masks_output import chosen_parts, masks_manifest
+from pdm_replay.run_summary import SUMMARY_FILE
 from pdm_replay.schema import (SCHEMA_KEY, THRESHOLDS_KEY, TOKENS_SCHEMA_ID,
                                UPDATES_SCHEMA_ID, VARIANTS_KEY)
 
@@ -56,6 +58,7 @@ class RunInfo:
     # sweep variants ``<mask>@<value>`` -> {"mask": ..., "<field>": value} (tokens footer
     # ``pdm_replay.mask_variants``, else the manifest's ``mask_variants``)
     mask_variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    summary: Path | None = None  # summary.parquet of a `masks --engine ray` output
 
     @property
     def has_updates(self) -> bool:
@@ -92,13 +95,7 @@ def discover_run(source: Path | str) -> RunInfo:
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file or directory; pass a replay run "
                                 "directory or the tokens file written by `pdm-replay masks`")
-    if source.is_dir() and (source / "tokens").is_dir():
-        kind, tokens = "replay", list_parquet_files(source / "tokens")
-        upd_dir = source / "updates"
-        updates = list_parquet_files(upd_dir) if upd_dir.is_dir() else []
-        manifest = _read_manifest(source / MANIFEST)
-    else:
-        kind, tokens, updates, manifest = "masks", list_parquet_files(source), [], None
+    kind, tokens, updates, manifest, summary, read_note = _locate(source)
     columns, footer, variants = _check_tokens(tokens)
     if not variants and isinstance((manifest or {}).get("mask_variants"), Mapping):
         variants = dict(manifest["mask_variants"])
@@ -106,13 +103,33 @@ def discover_run(source: Path | str) -> RunInfo:
         _check_schema(f, UPDATES_SCHEMA_ID, REQUIRED_UPDATE_COLUMNS,
                       "the replay wrote it only partly; re-run `pdm-replay replay`")
     thresholds, origin, notes = _resolve_thresholds(footer, manifest)
+    notes += [read_note] if read_note else []
     if kind == "replay" and not updates:
         notes.append(f"{source}: no updates/ Parquet files; rates that need the simulated "
                      "step are left empty (re-run `pdm-replay replay`)")
     return RunInfo(source=source, kind=kind, tokens_files=tuple(tokens),
                    updates_files=tuple(updates), columns=frozenset(columns),
                    thresholds=thresholds, thresholds_source=origin, manifest=manifest,
-                   notes=tuple(notes), mask_variants=variants)
+                   notes=tuple(notes), mask_variants=variants,
+                   summary=summary)
+
+
+def _locate(source: Path) -> tuple[str, list[Path], list[Path], dict | None, Path | None,
+                                   str | None]:
+    """``(kind, tokens files, updates files, manifest, summary.parquet, note on which
+    rows are read)`` of a replay run directory, a Ray ``masks`` output directory (a
+    bounded sample of its parts: :func:`~pdm_replay.report.masks_output.chosen_parts`),
+    or a tokens/v1 file or directory."""
+    if source.is_dir() and (source / "tokens").is_dir():
+        upd_dir = source / "updates"
+        updates = list_parquet_files(upd_dir) if upd_dir.is_dir() else []
+        return ("replay", list_parquet_files(source / "tokens"), updates,
+                _read_manifest(source / MANIFEST), None, None)
+    partitioned = masks_manifest(source)
+    if partitioned is not None:
+        tokens, note = chosen_parts(source, partitioned)
+        return "masks", tokens, [], None, source / SUMMARY_FILE, note
+    return "masks", list_parquet_files(source), [], None, None, None
 
 
 def _read_manifest(path: Path) -> dict | None:

@@ -104,3 +104,7 @@ SELECT seed, pair, family, estimator, region, delta, kept_by,
 FROM disagreements
 WHERE delta_d_kept IS NOT NULL
 ORDER BY family, estimator, pair, seed, sample_id, pos;
+
+-- name: report_step
+-- The one logged step a connection keeps (report --by step), NULL for the whole run.
+SELECT getvariable('report_run').step AS step;
