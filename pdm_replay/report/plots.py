@@ -65,16 +65,16 @@ def _empty(ax: Any, text: str) -> None:
 
 def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
     """Histograms of ``delta_d_kept`` per pair (and δ), ratio- vs predictive-kept."""
-    pairs = deltas.select("pair", "delta").unique(maintain_order=True).rows()
+    pairs = deltas.select("pair", "delta", "region").unique(maintain_order=True).rows()
     fig = _figure(4.0 * max(len(pairs), 1), 3.2)
     axes = fig.subplots(1, max(len(pairs), 1), squeeze=False)[0]
     if not pairs:
         _empty(axes[0], "no realized ΔD: needs a replay")
-    for ax, (pair, delta) in zip(axes, pairs):
+    for ax, (pair, delta, region) in zip(axes, pairs):
         sub = deltas.filter((pl.col("pair") == pair) & (pl.col("delta") == delta)
                             & pl.col("delta_d_kept").is_not_null())
         values = sub["delta_d_kept"].to_numpy()
-        ax.set_title(f"{pair}, δ = {delta:g}", fontsize=8)
+        ax.set_title(f"{pair}, {region}", fontsize=8)  # a band reads as one: IcePop's
         if not len(values):  # an empty histogram with "n=0" legends says nothing
             _empty(ax, "no kept disagreement token\nwith a measured ΔD")
             continue
@@ -126,10 +126,10 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     if both.height == 0:
         _empty(ax, "no per-seed rates: needs a replay")
         return _png(fig)
-    groups = both.group_by(["pair", "delta"], maintain_order=True)
-    for i, ((pair, delta), g) in enumerate(groups):
+    groups = both.group_by(["pair", "delta", "region"], maintain_order=True)
+    for i, ((pair, delta, region), g) in enumerate(groups):
         ax.scatter(g["unsafe_ratio"], g["unsafe_predictive"], s=18, alpha=0.8,
-                   color=PAIR_COLOURS[i % len(PAIR_COLOURS)], label=f"{pair}, δ = {delta:g}")
+                   color=PAIR_COLOURS[i % len(PAIR_COLOURS)], label=f"{pair}, {region}")
     ax.plot([0, 1], [0, 1], color="black", lw=0.8)
     ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
     ax.set_ylim(-0.02, 1.02)

@@ -38,7 +38,7 @@ def test_no_histogram_of_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(matplotlib.axes.Axes, "hist", hist)
     # "c vs d": a pair whose one kept token has no measured ΔD
     deltas = pl.DataFrame({"pair": ["a vs b", "a vs b", "c vs d"], "delta": [0.1, 0.1, 0.1],
-                           "kept_by": ["ratio", "ratio", "predictive"],
+                           "region": ["kl_topk > 0.1"] * 3, "kept_by": ["ratio", "ratio", "predictive"],
                            "update_mask": ["a", "a", "d"],
                            "delta_d_kept": [0.1, -0.2, None]},
                           schema_overrides={"delta_d_kept": pl.Float64})
