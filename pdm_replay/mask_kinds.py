@@ -66,8 +66,15 @@ class Criterion:
         return self.keep(stats, seqs).double()
 
 
+class WeightKeeps:
+    """A weight mask (a class with ``weight``) keeps a token where ``w > 0``."""
+
+    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
+        return self.weight(stats, seqs) > 0  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class ISWeight:
+class ISWeight(WeightKeeps):
     """Weight ``w = f(ρ)/r`` so that the surrogate's ``w·r = f(ρ)``: ``f`` clamps ρ to
     ``[low, high]`` (``truncate``) or zeroes it outside; ρ the token ratio, or the
     sequence ratio ``exp(Σ log r)`` when ``reduce`` is "sum"."""
@@ -83,9 +90,6 @@ class ISWeight:
 
     def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         return _ops().is_weight(stats, self.low, self.high, self.reduce, self.truncate, seqs)
-
-    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
-        return self.weight(stats, seqs) > 0
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ class M2PO:
 
 
 @dataclass(frozen=True)
-class VacoTV:
+class VacoTV(WeightKeeps):
     """open-instruct's VACO TV mask and ρ cap
     (:func:`~pdm_replay.math.field_masks.vaco_weight`)."""
 
@@ -159,12 +163,9 @@ class VacoTV:
         return _field().vaco_weight(_raw_log_ratio(stats), stats.advantage,
                                     _needs(seqs, "vaco_tv"), self.delta, self.cap)
 
-    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
-        return self.weight(stats, seqs) > 0
-
 
 @dataclass(frozen=True)
-class SapoGate:
+class SapoGate(WeightKeeps):
     """SAPO's sigmoid gate as a weight (:func:`~pdm_replay.math.field_masks.sapo_weight`)."""
 
     tau_pos: float
@@ -176,12 +177,9 @@ class SapoGate:
         return _field().sapo_weight(_raw_log_ratio(stats), stats.advantage, self.tau_pos,
                                     self.tau_neg)
 
-    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
-        return self.weight(stats, seqs) > 0
-
 
 @dataclass(frozen=True)
-class GeoMeanClip:
+class GeoMeanClip(WeightKeeps):
     """GMPO's geometric-mean clip as a weight
     (:func:`~pdm_replay.math.field_masks.gmpo_weight`)."""
 
@@ -193,6 +191,3 @@ class GeoMeanClip:
     def weight(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
         return _field().gmpo_weight(_raw_log_ratio(stats), stats.advantage,
                                     _needs(seqs, "gmpo"), self.eps_low, self.eps_high)
-
-    def keep(self, stats: "TokenStats", seqs: "Segments | None" = None) -> "Tensor":
-        return self.weight(stats, seqs) > 0
