@@ -56,8 +56,11 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
                 "W/L/T/\nempty"):
         t.add_column(col, justify="left" if col in ("update", "pair") else "right",
                      min_width=PAIR_WIDTH if col == "pair" else None)
+    from pdm_replay.report.render import threshold_cell  # lazy: polars, after the seeds
     for a in result.summary:
-        t.add_row(a["basis"], f"{a['ratio_mask']} vs\n{a['predictive_mask']}", f"{a['delta']:g}",
+        # a band (the IcePop pair's [0.5, 5.0]) on two lines, to keep within 80 columns
+        band = threshold_cell(a).replace(", ", ",\n")
+        t.add_row(a["basis"], f"{a['ratio_mask']} vs\n{a['predictive_mask']}", band,
                   f"{a['out_of_region_per_seed']:.1f}", f"{a['disagreement_per_seed']:.1f}",
                   f"{_rate(a['unsafe_ratio_pooled'])}\n({_rate(a['unsafe_ratio_seed_mean'])})",
                   f"{_rate(a['unsafe_predictive_pooled'])}\n"

@@ -46,3 +46,22 @@ def test_a_deviation_beyond_the_reports_bound_warns(monkeypatch: pytest.MonkeyPa
     text = " ".join(_summary(monkeypatch, 2 * DEVIATION_WARN).split())
     assert f"by more than {DEVIATION_WARN} nats" in text
     assert "`pdm-replay report` repeats this warning" in text
+
+
+def test_a_band_pair_shows_its_band_within_80_columns(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """The IcePop pair's region is a band: its cell reads [0.5, 5.0] (two lines), as the
+    report's tables do, not its lower bound "0.5" alone."""
+    icepop = {**ROW, "ratio_mask": "icepop_ratio", "predictive_mask": "icepop_pdm",
+              "delta": 0.5, "region": "ratio ∉ [0.5, 5.0]"}
+    out = io.StringIO()
+    monkeypatch.setattr(replay_cli, "console", Console(file=out, width=80, color_system=None))
+    manifest = {"tokens": 10, "config": {"seeds": 2, "lr": 0.001}, "updates": [],
+                "update_steps": {}}
+    replay_cli.print_summary(SimpleNamespace(manifest=manifest, summary=[icepop],
+                                             run_dir="r"), 1.0)
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(i for i, line in enumerate(lines) if "icepop_ratio vs" in line)
+    assert lines[row].split()[3] == "[0.5,"  # update, ratio mask, "vs", the band
+    assert lines[row + 1].split()[1] == "5.0]"
