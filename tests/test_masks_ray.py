@@ -166,3 +166,29 @@ def test_a_filesystem_uri_is_planned_like_its_path(tmp_path: Path, two_files: Pa
     assert [f.removeprefix("file://") for f in by_uri.files] == by_path.files
     assert list(by_uri.rows.values()) == list(by_path.rows.values()) == [24, 16]
     assert by_uri.ctx.keys.keys() == by_path.ctx.keys.keys()  # as Ray's path column names them
+
+
+def test_a_task_loads_the_mask_modules_itself(tmp_path: Path, two_files: Path,
+                                              user_registry: None) -> None:
+    """--mask-module with --engine ray: a task runs in a worker process whose registry
+    holds only the built-in masks, so it loads the modules before it builds the masks."""
+    import sys
+
+    from pdm_replay.masks import MASKS, load_mask_module
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_masks.py"
+    names = ["icepop", "icepop_ratio", "icepop_pdm_tv"]
+    load_mask_module(example)  # the driver (the CLI loads every --mask-module first)
+    local = run_masks(MasksConfig(log=two_files, out=tmp_path / "local.parquet", masks=names,
+                                  mask_modules=(example,)))
+    cfg = MasksConfig(log=(two_files,), out=tmp_path / "ray", engine="ray", masks=names,
+                      mask_modules=(example,))
+    stage = open_staging(cfg.out, resume=False)
+    plan = plan_job(cfg, stage)
+    # now the task's process: no user mask registered, the module not imported
+    for name in [n for n in MASKS if n.startswith("icepop_pdm")]:
+        del MASKS[name]
+    for key in [k for k in sys.modules if k.startswith("pdm_replay_user_masks_")]:
+        del sys.modules[key]
+    result = process_block(_block(sorted(two_files.glob("*.parquet"))), plan.ctx)
+    assert result.column("error").null_count == result.num_rows
+    assert _parts(stage).equals(pq.read_table(local.out).sort_by(SORT))

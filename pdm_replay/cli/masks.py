@@ -147,7 +147,8 @@ def masks(
                                                        parse_mask_params(mask_param)),
                           vocab_size=vocab_size, batch_rows=batch_rows, workers=workers,
                           threads=threads, engine=engine.value, ray_address=ray_address,
-                          resume=resume)
+                          resume=resume, mask_modules=tuple(mask_module) if mask_module
+                          else None)
         total = sum(count_rows(p) for p in log if "://" not in str(p)) or None
         start = time.perf_counter()
         summary = _run(cfg, total)

@@ -56,6 +56,9 @@ class MasksConfig:
     engine: str = "local"  # "local" (threads in this process) | "ray" (commands.masks_ray)
     ray_address: str | None = None  # ray: a cluster to join; None = RAY_ADDRESS or local
     resume: bool = False  # ray: keep the finished input files of a killed run
+    # --mask-module files: loaded by the caller before the run; the Ray engine's tasks,
+    # in other processes, load them again before they build the masks
+    mask_modules: tuple[Path, ...] | None = None
 
 
 @dataclass

@@ -39,7 +39,8 @@ from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksCon
 from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
-from pdm_replay.masks import MaskPair, Thresholds, build_masks, mask_pairs, resolve_names
+from pdm_replay.masks import (MaskPair, Thresholds, build_masks, load_mask_module, mask_pairs,
+                              resolve_names)
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import torch_threads
@@ -65,6 +66,7 @@ class BlockContext:
     regions: dict[str, tuple[str, float, float]]
     keys: dict[str, str]  # input file (as Ray names it) -> file key
     threads: int = 1  # torch intra-op threads per task
+    mask_modules: tuple[str, ...] = ()  # --mask-module files, loaded in every task
 
 
 @dataclass
@@ -100,6 +102,8 @@ def _block_tables(path: str, first: int, batch: pa.RecordBatch, ctx: BlockContex
     report = ValidationReport(path, max_errors=1)
     check_sample_ids(batch, path, first, report, set())
     _raise_first(report)
+    for module in ctx.mask_modules:  # a worker process has only the built-in masks
+        load_mask_module(module)
     masks = build_masks(ctx.names, ctx.thresholds)
     out = []
     for row, piece in token_slices(batch, WORK_TOKENS):
@@ -225,7 +229,8 @@ def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
     keys = {_ray_name(f): file_key(f) for f in files}
     ctx = BlockContext(str(stage), output_schema(names, cfg.thresholds, vocab, meta, source),
                        tuple(names), cfg.thresholds, vocab, meta, pairs,
-                       pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads)
+                       pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads,
+                       tuple(str(Path(m).resolve()) for m in cfg.mask_modules or ()))
     rows = {f: footer(f).metadata.num_rows for f in files}
     return RayPlan(files, rows, ctx, {f: file_key(f) for f in files})
 
