@@ -20,13 +20,14 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from pdm_replay.report import api
 from pdm_replay.report.db import ReportDB
+from pdm_replay.report.masks_output import whole_run
 from pdm_replay.report.legend import ReportWarning, coverage_line, report_warnings, run_coverage
 from pdm_replay.report.verdict import trainer_mask_of, verdicts
 
@@ -39,7 +40,11 @@ class Overview:
     per basis × comparison, the default 2,000-draw bootstrap); ``seed_rates``
     :func:`api.seed_rates` (one row per seed × comparison); ``mask_summary``
     :func:`api.mask_summary` (one row per mask, unformatted); ``verdict`` the report's
-    verdict paragraphs (:mod:`pdm_replay.report.verdict`), one per comparison."""
+    verdict paragraphs (:mod:`pdm_replay.report.verdict`), one per comparison;
+    ``whole_run`` the whole run's counts from the ``summary.parquet`` of a
+    ``masks --engine ray`` output (:func:`~pdm_replay.report.masks_output.whole_run`;
+    empty for any other run) and ``notes`` the run's notes, which say whether the per-token
+    tables read every row or a seeded sample of parts."""
 
     health: dict[str, Any]
     settings: dict[str, Any]
@@ -49,6 +54,8 @@ class Overview:
     seed_rates: pl.DataFrame
     mask_summary: pl.DataFrame
     verdict: tuple[str, ...] = ()
+    whole_run: pl.DataFrame = field(default_factory=pl.DataFrame)
+    notes: tuple[str, ...] = ()
 
 
 def overview(db: ReportDB) -> Overview:
@@ -65,4 +72,6 @@ def overview(db: ReportDB) -> Overview:
                     headline=head, seed_rates=rates, mask_summary=api.mask_summary(db),
                     verdict=tuple(v.text for v in verdicts(
                         head, rates, kind=db.info.kind,
-                        trainer_mask=trainer_mask_of(db.info.manifest))))
+                        trainer_mask=trainer_mask_of(db.info.manifest))),
+                    whole_run=pl.DataFrame() if db.info.summary is None
+                    else whole_run(db.info.summary), notes=db.info.notes)

@@ -8,36 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.commands.masks import MASK_INPUT_COLUMNS, MasksConfig, run_masks
-from pdm_replay.commands.masks_ray import Progress, _commit, _take, plan_job, process_block
-from pdm_replay.io.staged import open_staging
+from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.report import api
 from pdm_replay.report.build import _whole_run
 from pdm_replay.report.db import connect
 from pdm_replay.report.masks_output import chosen_parts, masks_manifest, whole_run
 from pdm_replay.report.run_info import discover_run
-
-SAMPLE = Path(__file__).parents[2] / "sample_data" / "rollouts" / "part-00000.parquet"
-
-
-def ray_output(log: Path, out: Path, rows_per_block: int) -> Path:
-    """What ``run_masks_ray`` commits, with blocks of ``rows_per_block`` rows run here."""
-    cfg = MasksConfig(log=(log,), out=out, engine="ray")
-    stage = open_staging(out, resume=False)
-    plan, progress = plan_job(cfg, stage), Progress()
-    table = pq.read_table(log, columns=list(MASK_INPUT_COLUMNS))
-    for start in range(0, table.num_rows, rows_per_block):
-        block = table.slice(start, rows_per_block)
-        block = block.append_column("path", pa.array([plan.files[0]] * block.num_rows))
-        for result in process_block(block, plan.ctx).to_pylist():
-            _take(plan, stage, result, progress)
-    _commit(plan, stage, cfg)
-    return out
-
+from ray_outputs import SAMPLE, ray_output
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -80,3 +59,4 @@ def test_whole_run_by_step_sums_to_the_run(outputs) -> None:
     per_step = pl.concat([whole_run(summary, s) for s in steps])
     total = per_step.group_by("kind", "name", maintain_order=True).agg(pl.col("count").sum())
     assert total.rows() == run.select("kind", "name", "count").rows()
+

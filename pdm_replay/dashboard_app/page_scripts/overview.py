@@ -56,6 +56,34 @@ def _manifest(run: RunRef, ov: Overview) -> None:
                     "thresholds": ov.settings}, expanded=True)
 
 
+def _seed_rates(rates: pl.DataFrame) -> None:
+    st.subheader("Unsafe-keep rate per seed")
+    if rates.filter(pl.col("unsafe_ratio").is_not_null()
+                    | pl.col("unsafe_predictive").is_not_null()).is_empty():
+        st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
+        return
+    st.dataframe(report_cells(rates), hide_index=True, key="seed_rates",
+                 column_order=key_order(rates, SEED_RATES_KEY),
+                 column_config=seed_rates_columns())
+    if st.toggle("Plot the rates per seed", key="seed_chart",
+                 help="Bars per seed, ratio vs predictive; ∅ marks a seed where the mask "
+                      "kept no disagreement token, a tick at 0 a rate of 0%."):
+        from pdm_replay.dashboard_app import charts  # Altair: loaded only when asked
+
+        st.altair_chart(charts.seed_unsafe_chart(rates))
+
+
+def _whole_run(ov: Overview) -> None:
+    """A `masks --engine ray` output's whole-run counts, read from its summary.parquet,
+    beside the note saying which rows the per-token tables read."""
+    if not ov.whole_run.height:
+        return
+    st.subheader("Whole run (summary.parquet)")
+    for note in ov.notes:
+        st.caption(note)
+    st.dataframe(display_frame("whole_run", ov.whole_run), hide_index=True, key="whole_run")
+
+
 def render() -> None:
     run = open_page("Overview", "What was replayed, and how the ratio and predictive "
                     "direction criteria compare on the tokens where they disagree.")
@@ -78,21 +106,8 @@ def render() -> None:
     if side.height:
         st.subheader("Threshold comparison: every δ side by side")
         st.dataframe(report_cells(side), hide_index=True, key="threshold_comparison")
-    st.subheader("Unsafe-keep rate per seed")
-    rates = ov.seed_rates
-    if rates.filter(pl.col("unsafe_ratio").is_not_null()
-                    | pl.col("unsafe_predictive").is_not_null()).is_empty():
-        st.info("No unsafe-keep rates: they need the simulated updates of a replay.")
-    else:
-        st.dataframe(report_cells(rates), hide_index=True, key="seed_rates",
-                     column_order=key_order(rates, SEED_RATES_KEY),
-                     column_config=seed_rates_columns())
-        if st.toggle("Plot the rates per seed", key="seed_chart",
-                     help="Bars per seed, ratio vs predictive; ∅ marks a seed where the mask "
-                          "kept no disagreement token, a tick at 0 a rate of 0%."):
-            from pdm_replay.dashboard_app import charts  # Altair: loaded only when asked
-
-            st.altair_chart(charts.seed_unsafe_chart(rates))
+    _seed_rates(ov.seed_rates)
+    _whole_run(ov)
     st.subheader("Mask summary")
     st.dataframe(display_frame("mask_summary", ov.mask_summary), hide_index=True,
                  key="mask_summary")
