@@ -255,7 +255,8 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
           "keep_stats": ("step", "mask", "masked_fraction", "masked_fraction_adv_pos",
                          "masked_fraction_adv_neg", "out_of_region_dropped_fraction",
                          "clip_ratio/low_mean", "clip_ratio/high_mean")}
-LABELLED = ("headline", "seed_wins", "mask_comparison")  # sections with display labels
+# sections shown with their own headers: display labels, or the trainers' metric names
+LABELLED = ("headline", "seed_wins", "mask_comparison", "mismatch", "keep_stats")
 TERMINAL_WIDTH = 100
 
 
