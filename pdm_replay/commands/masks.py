@@ -14,7 +14,6 @@ Examples
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,8 +30,9 @@ from pdm_replay.io.memory import threaded_arrow_pool
 from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
 from pdm_replay.masks import (Mask, MaskPair, Thresholds, build_masks, mask_pairs,
                               resolve_names, token_region)
+from pdm_replay.run_summary import combine, step_counts, totals
 from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 (re-export)
-                               RolloutMeta, keep_column, tokens_schema)
+                               RolloutMeta, tokens_schema)
 from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
 from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
@@ -181,25 +181,16 @@ def pair_regions(pairs: list[MaskPair], thresholds: Thresholds
             if (region := token_region(pair.other, thresholds)) is not None}
 
 
-def _accumulate(summary: MasksSummary, table: pa.Table, keeps: Counter,
-                pairs: list[MaskPair], regions: dict[str, tuple[str, float, float]]) -> None:
-    summary.tokens += table.num_rows
-    stats = {stat for stat, _, _ in regions.values()}
-    cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names
-            if n.startswith("keep_") or n in stats or n == "mass_overflow"}
-    for name in keeps:
-        keeps[name] += int(cols[keep_column(name)].sum())
-    for key, (stat, low, high) in regions.items():
-        if stat in cols:  # NaN is never outside (as in the masks)
-            v = cols[stat]
-            n = int((~np.isnan(v) & ~((v >= low) & (v <= high))).sum())
-            summary.out_of_region[key] = summary.out_of_region.get(key, 0) + n
-    for pair in pairs:
-        # two masks of one proximity agree inside its region: any difference is outside
-        differ = cols[keep_column(pair.base)] != cols[keep_column(pair.other)]
-        key = pair.label
-        summary.disagreements[key] = summary.disagreements.get(key, 0) + int(differ.sum())
-    summary.mass_overflow += int(cols["mass_overflow"].sum())
+def summary_of(out: Path, counts: pa.Table) -> MasksSummary:
+    """The CLI's :class:`MasksSummary` from a run's per-step counts
+    (:mod:`pdm_replay.run_summary`), which both engines compute with ``step_counts``."""
+    tokens = totals(counts, "tokens").get("", 0)
+    return MasksSummary(
+        out=out, tokens=tokens,
+        keep_fraction={n: k / max(tokens, 1) for n, k in totals(counts, "kept").items()},
+        out_of_region=totals(counts, "out_of_region"),
+        disagreements=totals(counts, "disagreements"),
+        mass_overflow=totals(counts, "mass_overflow").get("", 0))
 
 
 def output_schema(names: Sequence[str], thresholds: Thresholds, vocab: int,
@@ -226,10 +217,10 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     vocab = cfg.vocab_size or meta.vocab_size
     masks = build_masks(names, cfg.thresholds)
     schema = output_schema(names, cfg.thresholds, vocab, meta, str(cfg.log))
-    summary, keeps, pairs = MasksSummary(out=cfg.out), Counter(), mask_pairs(names)
-    keeps.update({n: 0 for n in names})
+    pairs = mask_pairs(names)
     regions = pair_regions(pairs, cfg.thresholds)  # the thresholds hold for every batch
-    rows = 0
+    counts: list[pa.Table] = []  # per-step counts of each batch (run_summary)
+    rows = tokens = 0
     work = partial(batch_tokens, vocab=vocab, meta=meta, masks=masks)
     with (torch_threads(cfg.threads), threaded_arrow_pool(),
           AtomicParquetWriter(cfg.out, schema) as writer, BackgroundSink(writer.write) as sink):
@@ -237,9 +228,9 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
                                          workers=cfg.workers or default_workers()):
             if table is not None:
                 sink.put(table)
-                _accumulate(summary, table, keeps, pairs, regions)
+                counts.append(step_counts(table, names, pairs, regions))
+                tokens += table.num_rows
             rows += n_rows
             if on_progress:
-                on_progress(rows, summary.tokens)
-    summary.keep_fraction = {n: keeps[n] / max(summary.tokens, 1) for n in names}
-    return summary
+                on_progress(rows, tokens)
+    return summary_of(cfg.out, combine(counts))

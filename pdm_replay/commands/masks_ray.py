@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksConfig,
                                        MasksSummary,
                                        _check_train_columns, _raise_first, batch_tokens,
-                                       output_schema, pair_regions, token_slices)
+                                       output_schema, pair_regions, summary_of, token_slices)
 from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
@@ -305,18 +305,6 @@ def _clear_unfinished(stage: Path, done: set[str]) -> None:
         key = name[len("part-"):-len(".parquet")].rpartition("-")[0]
         if not (name.startswith("part-") and name.endswith(".parquet") and key in done):
             path.unlink(missing_ok=True)
-
-
-def summary_of(out: Path, summary: pa.Table) -> MasksSummary:
-    """The CLI's :class:`MasksSummary` from the whole-run summary table."""
-    from pdm_replay.run_summary import totals
-    tokens = totals(summary, "tokens").get("", 0)
-    return MasksSummary(
-        out=out, tokens=tokens,
-        keep_fraction={n: k / max(tokens, 1) for n, k in totals(summary, "kept").items()},
-        out_of_region=totals(summary, "out_of_region"),
-        disagreements=totals(summary, "disagreements"),
-        mass_overflow=totals(summary, "mass_overflow").get("", 0))
 
 
 def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
