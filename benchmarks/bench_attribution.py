@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.replay.attribution_pass import sample_dots
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.forward import forward_stats

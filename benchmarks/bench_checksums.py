@@ -23,7 +23,7 @@ RESPONSE_LEN = 128
 
 
 def _log(tokens: int) -> pa.Table:
-    from pdm_replay.fixtures import SyntheticLogConfig, iter_synthetic_chunks
+    from pdm_replay.testing.fixtures import SyntheticLogConfig, iter_synthetic_chunks
     cfg = SyntheticLogConfig(n_samples=tokens // RESPONSE_LEN, response_len=RESPONSE_LEN,
                              vocab_size=512, top_k=20, mismatch=0.5, chunk_samples=256)
     return pa.concat_tables(iter_synthetic_chunks(cfg))

@@ -90,7 +90,7 @@ def measure(browser, url: str, titles: list[str]) -> dict[str, dict[str, float]]
 
 
 def synthetic_run(root: Path) -> Path:
-    from pdm_replay.report.synthetic import write_synthetic_run
+    from pdm_replay.testing.synthetic_run import write_synthetic_run
 
     return write_synthetic_run(root / "run", seeds=(0, 1, 2), rows_per_seed=1500,
                                tokens_per_sample=32, exact=True)

@@ -30,7 +30,7 @@ RESPONSE_LEN = 128
 
 
 def _build(path: Path, tokens: int) -> None:
-    from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+    from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
     cfg = SyntheticLogConfig(n_samples=tokens // RESPONSE_LEN, response_len=RESPONSE_LEN,
                              vocab_size=512, top_k=20, mismatch=0.5, chunk_samples=256)
     write_synthetic_log(path, cfg)

@@ -37,7 +37,7 @@ def build_log(d: Path, tokens: int, files: int, response_len: int) -> Path:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+    from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
     seed = d / "seed.parquet"
     cfg = SyntheticLogConfig(n_samples=max(1, tokens // files // response_len),
                              response_len=response_len, vocab_size=512, top_k=20,

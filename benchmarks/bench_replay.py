@@ -45,7 +45,7 @@ apply_wait_policy()  # before torch loads libgomp, which reads the policy once
 
 import torch  # noqa: E402
 
-from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.heap import reuse_freed_memory
 from pdm_replay.math.support import build_support
 from pdm_replay.replay.batching import micro_batches, pad_batch

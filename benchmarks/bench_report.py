@@ -72,7 +72,7 @@ def _child(phase: str, run: str, memory_limit: str, threads: int | None) -> None
         result = {"rows": rows}
     else:
         from pdm_replay.report.build import ReportConfig
-        from pdm_replay.report.produce import produce_report
+        from pdm_replay.commands.report import produce_report
         fmt = "html" if phase == "html" else "json"
         report, text = produce_report(ReportConfig(source=Path(run), format=fmt,
                                                    memory_limit=memory_limit, threads=threads))
@@ -102,7 +102,7 @@ def run_phase(phase: str, args: argparse.Namespace, run: Path) -> dict:
 
 
 def generate(args: argparse.Namespace, run: Path) -> float:
-    from pdm_replay.report.synthetic import write_synthetic_run
+    from pdm_replay.testing.synthetic_run import write_synthetic_run
     import torch
 
     torch.set_num_threads(1)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pdm_replay.masks import MASKS, Mask, Thresholds
+from pdm_replay.masks import MASK_SPECS, Mask, Thresholds
 from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
 from pdm_replay.math.sums import pair_sums
@@ -100,7 +100,7 @@ def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantage
                        vocab_size, top_k, topk_convention)
     rows = torch.arange(sel.shape[0], device=sel.device)[:, None].expand_as(sel)[sel]
     seqs = Segments(rows, torch.ones_like(rows, dtype=torch.bool))
-    built = MASKS[mask].build(thresholds) if isinstance(mask, str) else mask
+    built = MASK_SPECS[mask].build(thresholds) if isinstance(mask, str) else mask
     weight = built.weight(stats, seqs).to(logp.device)
     n = int(sel.sum()) if n_tokens is None else n_tokens
     return surrogate_loss(logp[sel], logp_behavior[sel].detach(), advantages[sel].detach(),

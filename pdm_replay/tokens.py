@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import tempfile, pathlib
->>> from pdm_replay.fixtures import write_synthetic_log
+>>> from pdm_replay.testing.fixtures import write_synthetic_log
 >>> from pdm_replay.io.reader import iter_flat_tokens
 >>> from pdm_replay.masks import Thresholds, build_masks
 >>> p = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "l.parquet", n_samples=2,
@@ -54,7 +54,7 @@ def log_stats(flat: FlatTokens, vocab_size: int, meta: RolloutMeta | None, *,
     top-K probability as a bound on unseen tokens (:func:`flat_stats`); ``None`` only for a
     log with no footer: then only µ_tail bounds them.
     ``validated=True`` says ``flat`` passed ``validate``'s checks
-    (:func:`~pdm_replay.validate.check_batch`), so no top-K row repeats an id.
+    (:func:`~pdm_replay.checks.check_batch`), so no top-K row repeats an id.
     The ``(N, K + 1)`` support math runs ``SUPPORT_CHUNK`` tokens at a time, so each
     temporary stays in L2; the per-token math then runs once on the ``(N,)`` sums.
     """

@@ -9,8 +9,8 @@ from typing import Iterator
 import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.masks import MASKS
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.masks import MASK_SPECS
 
 
 @pytest.fixture
@@ -30,10 +30,10 @@ def small_rows(small_log: Path) -> list[dict]:
 @pytest.fixture
 def user_registry() -> Iterator[None]:
     """Undo a user mask module's registration afterwards: the registry is per process."""
-    before, modules = dict(MASKS), set(sys.modules)
+    before, modules = dict(MASK_SPECS), set(sys.modules)
     yield
-    MASKS.clear()
-    MASKS.update(before)
+    MASK_SPECS.clear()
+    MASK_SPECS.update(before)
     for name in set(sys.modules) - modules:
         if name.startswith("pdm_replay_user_masks_"):
             del sys.modules[name]

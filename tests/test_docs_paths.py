@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# a backticked relative path with a file extension, e.g. `pdm_replay/masks.py`
+# a backticked relative path with a file extension, e.g. `pdm_replay/masks/registry.py`
 CITED = re.compile(r"`([\w.-]+(?:/[\w.-]+)*\.(?:py|md|sql|toml|json|txt|yaml|png))`")
 DOCS = ["docs/SPEC.md", "docs/architecture.md", "docs/masks.md"]
 

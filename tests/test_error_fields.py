@@ -17,7 +17,7 @@ import pytest
 from pdm_replay.errors import FieldError, InputError
 from pdm_replay.ingest.parsing import IngestError, IngestFieldError
 from pdm_replay.replay.config import FieldError as ConfigFieldError
-from pdm_replay.sample.make import SampleExists
+from pdm_replay.commands.make_sample import SampleExists
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pdm_replay"
 # A flag as a user types it; not a third-party tool's own (torchrun's --nproc_per_node).

@@ -8,7 +8,7 @@ import torch
 
 from pdm_replay.io.reader import FlatTokens
 from pdm_replay.loss import mask_stats, policy_loss
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.math.segments import Segments
 from pdm_replay.replay.step import ParamSnapshot, simulated_step, surrogate_loss
 from pdm_replay.schema import RolloutMeta
@@ -73,7 +73,7 @@ def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
     flat = flat_of(theta, lmu, k, topk, adv, loss_mask)
     stats = log_stats(flat, V, META)
     seqs = Segments.of(flat.row, flat.loss_mask)
-    weight = MASKS[name].build(t).weight(stats, seqs) * torch.from_numpy(flat.loss_mask)
+    weight = MASK_SPECS[name].build(t).weight(stats, seqs) * torch.from_numpy(flat.loss_mask)
 
     def backward() -> None:
         logp = torch.log_softmax(theta, -1).gather(-1, k[..., None]).reshape(-1)

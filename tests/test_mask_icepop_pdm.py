@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.mask_kinds import Criterion
-from pdm_replay.masks import MASKS, Thresholds, mask_pairs
+from pdm_replay.masks.kinds import Criterion
+from pdm_replay.masks import MASK_SPECS, Thresholds, mask_pairs
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.db import connect
@@ -90,7 +90,7 @@ def run(tmp_path: Path) -> Path:
 
 
 def test_the_registry_pairs_it_and_builds_its_band() -> None:
-    spec = MASKS["icepop_pdm_kl"]
+    spec = MASK_SPECS["icepop_pdm_kl"]
     assert (spec.family, spec.direction, spec.estimator, spec.proximity) == \
         ("kl", "predictive", "agg", "icepop")
     assert spec.build(Thresholds()) == Criterion("ratio", 0.5, 5.0, direction="predictive",

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from pdm_replay.cli.app import app
-from pdm_replay.fixtures import write_synthetic_log
-from pdm_replay.masks import MASKS, load_mask_module, mask_pairs
+from pdm_replay.testing.fixtures import write_synthetic_log
+from pdm_replay.masks import MASK_SPECS, load_mask_module, mask_pairs
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_masks.py"
 
@@ -28,7 +28,7 @@ def test_example_module_mask_joins_masks_and_its_pair(tmp_path: Path,
     table = pq.read_table(out)
     assert {"keep_icepop", "keep_icepop_ratio", "keep_icepop_pdm_tv"} <= set(table.column_names)
     load_mask_module(EXAMPLE)  # a second load is a no-op, not a duplicate registration
-    assert MASKS["icepop_pdm_tv"].proximity == "icepop"
+    assert MASK_SPECS["icepop_pdm_tv"].proximity == "icepop"
     pairs = [(p.base, p.other) for p in mask_pairs(["icepop_ratio", "icepop_pdm_tv"])]
     assert pairs == [("icepop_ratio", "icepop_pdm_tv")]
     # the band is narrow: the symmetric IcePop drops more than either directional mask
@@ -48,7 +48,7 @@ def test_bad_mask_param_and_module_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_report_sql_and_dashboard_know_the_user_mask(tmp_path: Path, user_registry: None) -> None:
     from pdm_replay.dashboard_app import ENV_MASK_MODULES
-    from pdm_replay.dashboard_app.launch import DashboardConfig, streamlit_env
+    from pdm_replay.commands.dashboard import DashboardConfig, streamlit_env
 
     log = write_synthetic_log(tmp_path / "log.parquet", n_samples=16)
     out = tmp_path / "tokens.parquet"

@@ -286,7 +286,7 @@ def test_pdm_replay_masks_cli_decisions_equal_verls_zero_gradient_tokens(tmp_pat
     from typer.testing import CliRunner
 
     from pdm_replay.cli.app import app
-    from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+    from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 
     log = write_synthetic_log(tmp_path / "log.parquet",
                               SyntheticLogConfig(n_samples=64, mismatch=1.5, peak=1.0))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from pdm_replay.masks import (
-    MASKS,
+    MASK_SPECS,
     MaskSpec,
     Thresholds,
     apply_masks,
@@ -42,7 +42,7 @@ SPEC_MASKS = {  # name: (family, direction, estimator), SPEC §4
 
 def test_registry_holds_every_spec_mask_with_its_labels() -> None:
     for name, labels in SPEC_MASKS.items():
-        spec = MASKS[name]
+        spec = MASK_SPECS[name]
         assert (spec.family, spec.direction, spec.estimator) == labels, name
         assert spec.name == name and spec.doc
 
@@ -116,13 +116,13 @@ def test_every_registered_mask_honours_the_contract(stats: TokenStats, split: in
     for s in SCALES:
         masks = build_masks(None, scaled(s))
         keep = apply_masks(masks, stats, seqs)
-        assert set(keep) == set(MASKS)
+        assert set(keep) == set(MASK_SPECS)
         for name, kp in keep.items():
             assert kp.shape == (n_tok,) and kp.dtype == torch.bool, name
             w = masks[name].weight(stats, seqs)
             assert w.shape == (n_tok,) and w.dtype == F64 and (w >= 0).all(), name
             assert torch.equal(w > 0, kp), f"{name}: keep is not w > 0"
-            if MASKS[name].weight == "binary":  # an IS weight may zero a no-gradient token
+            if MASK_SPECS[name].weight == "binary":  # an IS weight may zero a no-gradient token
                 assert torch.equal(w, kp.double()), name
                 assert kp[zero_adv].all(), f"{name} masked a token with Â = 0"
             masked = ~kp
@@ -151,12 +151,12 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
     fours = Segments(torch.arange(400) // 4, torch.ones(400, dtype=torch.bool))
     for kept, s in ((loose, 1000.0), (tight, 0.0)):
         kept["m2po"] = build_masks(["m2po"], scaled(s))["m2po"].keep(stats, fours)
-    for name in MASKS:
+    for name in MASK_SPECS:
         n_loose, n_tight = int((~loose[name]).sum()), int((~tight[name]).sum())
-        if MASKS[name].weight == "is" and getattr(MASKS[name].build(Thresholds()),
+        if MASK_SPECS[name].weight == "is" and getattr(MASK_SPECS[name].build(Thresholds()),
                                                   "truncate", False):
             assert n_tight == 0, name  # TIS / CISPO reweight, never drop
-        elif set(MASKS[name].thresholds) <= set(FIXED):
+        elif set(MASK_SPECS[name].thresholds) <= set(FIXED):
             assert n_tight == n_loose, name  # SAPO: nothing scaled, nothing changes
         elif name == "none":
             assert n_tight == 0
@@ -165,11 +165,11 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
 
 
 def test_duplicate_registration_is_rejected() -> None:
-    before = dict(MASKS)
+    before = dict(MASK_SPECS)
     dup = MaskSpec("ppo_clip", lambda t: None, None, "ratio", None, "a second ppo_clip")  # type: ignore[arg-type,return-value]
     with pytest.raises(ValueError, match="ppo_clip.*already registered"):
         register(dup)
-    assert MASKS == before and MASKS["ppo_clip"] is before["ppo_clip"]
+    assert MASK_SPECS == before and MASK_SPECS["ppo_clip"] is before["ppo_clip"]
 
 
 def test_unknown_name_error_lists_every_known_name() -> None:
@@ -179,12 +179,12 @@ def test_unknown_name_error_lists_every_known_name() -> None:
             call()
         msg = str(err.value)
         assert "nope" in msg
-        assert all(name in msg for name in MASKS)
+        assert all(name in msg for name in MASK_SPECS)
 
 
 def test_resolve_names_keeps_order_and_drops_repeats() -> None:
     assert resolve_names(["pdm_kl_agg", "none", "pdm_kl_agg"]) == ["pdm_kl_agg", "none"]
-    assert resolve_names(None) == list(MASKS)
+    assert resolve_names(None) == list(MASK_SPECS)
 
 
 # ---------------------------------------------------------------------------- hand-worked

@@ -18,7 +18,7 @@ from pdm_replay.cli import app
 from pdm_replay.commands.masks import MASK_INPUT_COLUMNS, MasksConfig, run_masks
 from pdm_replay.commands.masks_ray import (_clear_unfinished, plan_job, process_block,
                                            summary_of)
-from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.io.staged import open_staging, staging_path
 from pdm_replay.run_summary import combine
 
@@ -174,7 +174,7 @@ def test_a_task_loads_the_mask_modules_itself(tmp_path: Path, two_files: Path,
     holds only the built-in masks, so it loads the modules before it builds the masks."""
     import sys
 
-    from pdm_replay.masks import MASKS, load_mask_module
+    from pdm_replay.masks import MASK_SPECS, load_mask_module
     example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_masks.py"
     names = ["icepop", "icepop_ratio", "icepop_pdm_tv"]
     load_mask_module(example)  # the driver (the CLI loads every --mask-module first)
@@ -185,8 +185,8 @@ def test_a_task_loads_the_mask_modules_itself(tmp_path: Path, two_files: Path,
     stage = open_staging(cfg.out, resume=False)
     plan = plan_job(cfg, stage)
     # now the task's process: no user mask registered, the module not imported
-    for name in [n for n in MASKS if n.startswith("icepop_pdm")]:
-        del MASKS[name]
+    for name in [n for n in MASK_SPECS if n.startswith("icepop_pdm")]:
+        del MASK_SPECS[name]
     for key in [k for k in sys.modules if k.startswith("pdm_replay_user_masks_")]:
         del sys.modules[key]
     result = process_block(_block(sorted(two_files.glob("*.parquet"))), plan.ctx)

@@ -24,7 +24,7 @@ import pytest
 
 from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.commands.masks_ray import run_masks_ray
-from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.io.staged import PROGRESS_DIR, staging_path
 
 ray = pytest.importorskip("ray")

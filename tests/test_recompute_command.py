@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.commands.recompute import ENGINES, RecomputeConfig, run_recompute
+from pdm_replay.commands.recompute import RecomputeConfig, run_recompute
+from pdm_replay.names import ENGINES
 from pdm_replay.schema import RECOMPUTE_CHECKPOINT_KEY, RECOMPUTE_DTYPE_KEY
 from tolerances import SAMPLE_RECOMPUTE_VS_LOGGED
 

@@ -5,7 +5,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.commands.masks import MasksConfig, run_masks
 from pdm_replay.schema import THRESHOLDS_KEY
 
@@ -16,7 +16,7 @@ def test_output_matches_summary_and_footer(tmp_path: Path, small_log: Path) -> N
     s = run_masks(MasksConfig(log=small_log, out=out, thresholds=th, batch_rows=3))
     df = pl.read_parquet(out)
     assert df.height == s.tokens == 48
-    assert [c for c in df.columns if c.startswith("keep_")] == [f"keep_{m}" for m in MASKS]
+    assert [c for c in df.columns if c.startswith("keep_")] == [f"keep_{m}" for m in MASK_SPECS]
     for name, frac in s.keep_fraction.items():
         assert frac == pytest.approx(df[f"keep_{name}"].mean())
     kl_out = df.filter(pl.col("kl_topk") > 0.05)

@@ -7,7 +7,7 @@ import pytest
 from pdm_replay.io.reader import read_meta
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.commands.masks import MasksConfig, run_masks
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 
 def _write(tmp_path: Path, rows: list[dict], like: Path) -> Path:
@@ -109,7 +109,7 @@ def test_behavior_mismatch_compares_k_wherever_it_sits_in_the_row(small_log: Pat
     from dataclasses import replace
 
     from pdm_replay.io.reader import iter_flat_tokens
-    from pdm_replay.validate import _behavior_mismatch
+    from pdm_replay.checks import _behavior_mismatch
 
     flat = next(iter_flat_tokens(small_log))
     ids, lp = flat.topk_ids.copy(), flat.topk_logprobs.copy()

@@ -28,7 +28,7 @@ def ulp32(magnitude: float) -> float:
     return F32_EPS * 2.0 ** math.floor(math.log2(max(abs(magnitude), 1.0)))
 
 
-# The tiny Qwen3 checkpoints (pdm_replay.fixtures.tiny_qwen3: vocabulary 384) give
+# The tiny Qwen3 checkpoints (pdm_replay.testing.fixtures.tiny_qwen3: vocabulary 384) give
 # |log π| < 16 at every logged support entry (measured max 13.2), binade [8, 16).
 TINY_LOGP_MAGNITUDE = 8.0
 

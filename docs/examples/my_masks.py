@@ -10,7 +10,7 @@ the family "tv", so the pair joins the direction analysis of ``report`` and ``da
 (region: its own band, ΔD: the change of the top-K TV).
 """
 
-from pdm_replay.mask_kinds import Criterion
+from pdm_replay.masks.kinds import Criterion
 from pdm_replay.masks import MaskSpec, register
 
 register(MaskSpec(

@@ -12,8 +12,9 @@ from rich.markup import escape
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import err_console, fail
 from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
-from pdm_replay.dashboard_app import PAGES, launch
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
+from pdm_replay.commands import dashboard as launch
+from pdm_replay.dashboard_app import PAGES
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT
 
 
 DASHBOARD_HELP = (f"Serve the dashboard ({', '.join(title for _, title, _ in PAGES)}) of RUN "

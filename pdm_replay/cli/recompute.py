@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -10,12 +9,12 @@ import typer
 
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import PlainHelpCommand, choices, console, fail, progress_bar, value
-from pdm_replay.replay.config import DTYPES
+from pdm_replay.names import DTYPES, ENGINES
 
 if TYPE_CHECKING:
     from pdm_replay.commands.recompute import RecomputeSummary
 
-Engine = choices("Engine", ("local", "ray"))  # commands.recompute.ENGINES (a test checks)
+Engine = choices("Engine", ENGINES)
 Dtype = choices("Dtype", DTYPES)
 
 Log = Annotated[Path, typer.Argument(help="Rollout log (file or directory) with prompt_ids.")]

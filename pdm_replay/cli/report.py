@@ -13,7 +13,8 @@ from typer.core import TyperCommand
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import choices, fail, value
 from pdm_replay.cli.mask_options import MaskModules, load_mask_modules
-from pdm_replay.report.limits import BY, DEFAULT_MEMORY_LIMIT, FORMATS, SQL_FORMATS
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT, SQL_FORMATS
+from pdm_replay.names import REPORT_BY as BY, REPORT_FORMATS as FORMATS
 
 ReportFormat, SqlFormat, By = (choices("ReportFormat", FORMATS),
                                choices("SqlFormat", SQL_FORMATS), choices("By", BY))
@@ -92,7 +93,7 @@ def report(
     options = {k: value(v) if isinstance(v, Enum) else v for k, v in locals().items()}
     # DuckDB and polars load when the command runs, not for --help.
     from pdm_replay.report.build import ReportConfig
-    from pdm_replay.report.produce import produce_report
+    from pdm_replay.commands.report import produce_report
     options.update(source=options.pop("run"), format=options.pop("fmt"))
     del options["mask_module"]
     cfg = ReportConfig(**options)  # the other fields are named as the options
@@ -132,7 +133,7 @@ def sql(
     pdm-replay sql RUN 'SELECT * FROM disagreements WHERE seed = $s' -p s 3
     (single quotes: inside double quotes the shell would expand $s before the query
     sees it)."""
-    from pdm_replay.report.produce import SqlConfig, run_sql
+    from pdm_replay.commands.report import SqlConfig, run_sql
     cfg = SqlConfig(source=run, query=query, params=tuple(tuple(p) for p in param or ()),
                     format=value(fmt), out=out, max_rows=max_rows, memory_limit=memory_limit,
                     threads=threads)

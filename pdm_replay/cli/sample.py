@@ -13,7 +13,7 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail, progress_bar
 
 if TYPE_CHECKING:
-    from pdm_replay.sample.make import SampleResult
+    from pdm_replay.commands.make_sample import SampleResult
 
 
 class Size(str, enum.Enum):
@@ -56,7 +56,7 @@ def make_sample_cmd(
     """
     # Imported here: the training code pulls in transformers (~2 s), which every other
     # command, and `pdm-replay --help`, would otherwise pay for.
-    from pdm_replay.sample.make import SampleConfig, make_sample
+    from pdm_replay.commands.make_sample import SampleConfig, make_sample
     cfg = SampleConfig(seed=seed, size=size.value, force=force)
     try:
         with progress_bar("make-sample", None, "steps") as bar:

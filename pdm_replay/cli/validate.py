@@ -12,7 +12,7 @@ from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, fail
 
 if TYPE_CHECKING:
-    from pdm_replay.validate import ValidationReport
+    from pdm_replay.checks import ValidationReport
 
 
 def render_report(report: ValidationReport) -> None:
@@ -68,7 +68,7 @@ def validate(
     (a missing path, a directory without Parquet files).
     """
     from pdm_replay.io.reader import list_parquet_files
-    from pdm_replay.validate import validate_log  # torch: only when the command runs
+    from pdm_replay.commands.validate import validate_log  # torch: only when the command runs
     try:
         list_parquet_files(log)
     except FileNotFoundError as exc:  # nothing to summarise: no table, the path once

@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import tempfile, pathlib
->>> from pdm_replay.fixtures import write_synthetic_log
+>>> from pdm_replay.testing.fixtures import write_synthetic_log
 >>> d = pathlib.Path(tempfile.mkdtemp())
 >>> log = write_synthetic_log(d / "log.parquet", n_samples=8)
 >>> summary = run_masks(MasksConfig(log=log, out=d / "tokens.parquet"))
@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdm_replay.errors import FieldError
+from pdm_replay.names import ENGINES
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
@@ -35,7 +36,7 @@ from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 
                                RolloutMeta, tokens_schema)
 from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
-from pdm_replay.validate import ValidationReport, check_batch, check_sample_ids, check_schema
+from pdm_replay.checks import ValidationReport, check_batch, check_sample_ids, check_schema
 
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
@@ -86,7 +87,7 @@ def check_engine_logs(logs: Sequence[str | Path], engine: str
     """``MasksConfig.log`` from the command's logs: the local engine reads one (a file
     or a directory), the Ray engine any number (a pyarrow filesystem URI stays a
     string: ``s3://b/x``)."""
-    if engine not in ("local", "ray"):
+    if engine not in ENGINES:
         raise FieldError("{engine} {got}: expected local or ray", got=engine)
     if engine == "ray":
         return tuple(str(log) if "://" in str(log) else Path(log) for log in logs)

@@ -44,7 +44,7 @@ from pdm_replay.masks import (MaskPair, Thresholds, build_masks, load_mask_modul
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import torch_threads
-from pdm_replay.validate import ValidationReport, check_sample_ids, check_schema
+from pdm_replay.checks import ValidationReport, check_sample_ids, check_schema
 
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
                            ("parts", pa.list_(pa.string())),

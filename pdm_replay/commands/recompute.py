@@ -43,16 +43,15 @@ from pdm_replay.io.atomic import stale_temps
 from pdm_replay.io.rollouts import RolloutWriter
 from pdm_replay.replay.checkpoint import (CheckpointError, CheckpointFieldError, Policy,
                                           check_checkpoint_dir, check_compatible, load_policy)
-from pdm_replay.replay.config import DTYPES
+from pdm_replay.names import DTYPES, ENGINES
 from pdm_replay.replay.data import LogIndex, check_replayable, log_steps, read_rows
 from pdm_replay.replay.forward import PassConfig
 from pdm_replay.replay.templates import check_template, resolve
 from pdm_replay.replay.train_columns import recompute_train
 from pdm_replay.schema import RECOMPUTE_CHECKPOINT_KEY, RECOMPUTE_DTYPE_KEY, RolloutMeta
 from pdm_replay.threads import torch_threads
-from pdm_replay.validate import check_schema
+from pdm_replay.checks import check_schema
 
-ENGINES = ("local", "ray")
 # Fixed, not sized from free memory like replay's default: LM-head chunks change the float32
 # bits (tests/tolerances.py CHUNKING_ATOL), and nodes of a cluster differ in free memory.
 CHUNK_TOKENS = 1024

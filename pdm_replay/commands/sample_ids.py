@@ -5,7 +5,7 @@ caught on the driver: each task returns 64-bit hashes of its rows' ids, each fin
 input file's hashes are kept beside its progress marker (``_progress/<key>.ids``), and
 after the job :func:`check_unique` looks for a repeated hash. Only then are the files'
 ``sample_id`` columns read again in log order, with the local command's own check
-(:func:`pdm_replay.validate.check_sample_ids`), so that the error is the local
+(:func:`pdm_replay.checks.check_sample_ids`), so that the error is the local
 command's message (file, row). A hash collision without a repeated id raises nothing.
 """
 
@@ -22,7 +22,7 @@ from pdm_replay.commands.masks import _raise_first
 from pdm_replay.io.atomic import atomic_write_bytes
 from pdm_replay.io.reader import open_parquet
 from pdm_replay.io.staged import PROGRESS_DIR
-from pdm_replay.validate import ValidationReport, check_sample_ids
+from pdm_replay.checks import ValidationReport, check_sample_ids
 
 
 def id_hashes(ids: pa.Array) -> bytes:

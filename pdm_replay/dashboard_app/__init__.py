@@ -5,7 +5,7 @@
 data while Streamlit starts (``warmup.py``, ``precompute.py``);
 ``dashboards/app.py`` in the repository is a thin entry that runs the same app. The run
 directory and tokenizer come from the environment (:data:`ENV_RUN_DIR`,
-:data:`ENV_TOKENIZER`), which the CLI sets. Pages call the report API
+:data:`ENV_TOKENIZER`, defined by :mod:`pdm_replay.commands.dashboard`, which sets them). Pages call the report API
 (:mod:`pdm_replay.report.api`, :mod:`pdm_replay.report.dashboard_api`) through the caches of
 :mod:`pdm_replay.dashboard_app.state`; they hold no SQL.
 
@@ -17,14 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ENV_RUN_DIR = "PDM_REPLAY_RUN_DIR"
-ENV_TOKENIZER = "PDM_REPLAY_TOKENIZER"
-ENV_MEMORY_LIMIT = "PDM_REPLAY_MEMORY_LIMIT"
-ENV_MASK_MODULES = "PDM_REPLAY_MASK_MODULES"  # --mask-module files, os.pathsep-separated
-APP_FILE = Path(__file__).with_name("app.py")
-# the server process `pdm-replay dashboard` runs: `streamlit run APP_FILE` after it has
-# started computing the first page (serve.py, warmup.py)
-SERVE_MODULE = "pdm_replay.dashboard_app.serve"
+from pdm_replay.commands.dashboard import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT,
+                                           ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE)
+
+__all__ = ["APP_FILE", "ENV_MASK_MODULES", "ENV_MEMORY_LIMIT", "ENV_RUN_DIR", "ENV_TOKENIZER",
+           "PAGES", "PAGES_DIR", "SERVE_MODULE"]
 PAGES_DIR = Path(__file__).with_name("page_scripts")
 # (file, title, icon); the first page is the default. Here, not in app.py, so that
 # `pdm-replay dashboard --help` lists the pages without importing Streamlit.

@@ -15,7 +15,7 @@ It imports no Streamlit; its pickle is read back only by the server that started
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> out = first_page(example_run())
 >>> [name for name, _, _ in out.results], out.error
 (['pdm_replay.report.overview.overview'], None)
@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from pdm_replay.dashboard_app import ENV_MASK_MODULES, ENV_MEMORY_LIMIT
 from pdm_replay.dashboard_app.runs import env_run, query_name
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT
 
 # load_mask_module lists a module before running it: a second thread (two sessions, or a
 # session and the server's start-up) must not see it half registered

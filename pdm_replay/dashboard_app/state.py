@@ -187,7 +187,7 @@ def open_page(title: str, caption: str | None = None) -> RunRef:
 
 @st.cache_data(max_entries=4, show_spinner="Validating the log …")
 def _validation(log: str, fingerprint: str) -> dict[str, Any]:
-    from pdm_replay.validate import validate_log
+    from pdm_replay.commands.validate import validate_log
 
     report = validate_log(log, max_errors=50)
     return {"ok": report.ok, "files": report.files, "samples": report.samples,

@@ -78,7 +78,7 @@ def _masks_manifest(info: RunInfo) -> dict:
 def tokenizer_candidates(info: RunInfo, explicit: str | None = None) -> list[tuple[str, str]]:
     """``(origin, name or path)`` pairs to try, best first.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.run_info import discover_run
     >>> tokenizer_candidates(discover_run(example_run()), "gpt2")
     [('--tokenizer', 'gpt2')]

@@ -259,7 +259,7 @@ def padded_to_table(batch: PaddedRollouts, zero_padded: bool = True
     """All B samples as rollout/v1 columns, and ``{row: reason}`` for samples to reject.
 
     Shapes must fit (:func:`check_shapes` raises otherwise). Values are not range-checked
-    here: ``pdm_replay.validate.check_batch`` does that on the result.
+    here: ``pdm_replay.checks.check_batch`` does that on the result.
     """
     check_shapes(batch)
     lay = _Layout(np.asarray(batch.lengths), np.shape(batch.response_ids)[1])

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from pdm_replay.ingest.padded import PaddedRollouts
 from pdm_replay.io.reader import pad_ragged
-from pdm_replay.validate import ValidationReport, check_batch
+from pdm_replay.checks import ValidationReport, check_batch
 
 REQUIRED = ("sample_id", "step", "response_ids", "advantages", "behavior_logprobs",
             "topk_ids", "topk_logprobs")
@@ -149,7 +149,7 @@ def _optional(rd: _Reader, batch: PaddedRollouts, lengths: np.ndarray, n_ids: np
 def row_problems(table: pa.Table, vocab: int, seen: set[str],
                  max_topk: int | None = None) -> dict[int, str]:
     """``{row: reason}``: a ``sample_id`` already in ``seen`` (which is updated), then the
-    first finding of ``pdm_replay.validate.check_batch`` (the checks of ``validate``;
+    first finding of ``pdm_replay.checks.check_batch`` (the checks of ``validate``;
     top-K rows of more than ``max_topk`` entries included)."""
     problems: dict[int, str] = {}
     ids = table.column("sample_id").to_pylist()

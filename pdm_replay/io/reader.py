@@ -4,7 +4,7 @@ A log is one Parquet file or a directory of them (hidden files and temp files sk
 
 Examples
 --------
->>> from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+>>> from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 >>> import tempfile, pathlib
 >>> path = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "log.parquet",
 ...                            SyntheticLogConfig(n_samples=3, response_len=5))

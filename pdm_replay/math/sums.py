@@ -107,5 +107,11 @@ Pair = ReducedPair | PairSums  # every criterion takes either; a pair reduces to
 
 
 def as_sums(pair: Pair) -> PairSums:
-    """``pair`` as :class:`PairSums` (a :class:`ReducedPair` computes and caches its own)."""
-    return pair if isinstance(pair, PairSums) else pair.sums
+    """``pair`` as :class:`PairSums`; a :class:`ReducedPair`'s are computed once and kept on
+    it (in its ``__dict__``, as ``functools.cached_property`` would: the pair is frozen)."""
+    if isinstance(pair, PairSums):
+        return pair
+    cached = pair.__dict__.get("_sums")
+    if cached is None:
+        cached = pair.__dict__["_sums"] = pair_sums(pair)
+    return cached

@@ -20,16 +20,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from pdm_replay.math.rows import take_rows
-
-if TYPE_CHECKING:
-    from pdm_replay.math.sums import PairSums
 
 PROB_FLOOR = 1e-12
 LOG_FLOOR = math.log(PROB_FLOOR)
@@ -202,13 +198,6 @@ class ReducedPair:
     @property
     def overflow(self) -> Tensor:
         return mass_overflow(self.mu.mass)
-
-    @cached_property
-    def sums(self) -> "PairSums":
-        """The per-token sums over S that every divergence and slope needs (cached)."""
-        from pdm_replay.math.sums import pair_sums  # sums builds on this module
-
-        return pair_sums(self)
 
 
 def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Tensor, Tensor]

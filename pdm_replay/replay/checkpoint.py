@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from pdm_replay.errors import FieldError
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.replay.batching import MicroBatch
-from pdm_replay.replay.config import DTYPES as DTYPE_NAMES
+from pdm_replay.names import DTYPES as DTYPE_NAMES
 
 Head = Callable[[Tensor], Tensor]
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}

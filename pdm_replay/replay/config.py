@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pdm_replay.errors import FieldError  # also importable from here, beside the config
-from pdm_replay.masks import MASKS, Thresholds, load_mask_module, resolve_names
+from pdm_replay.masks import MASK_SPECS, Thresholds, load_mask_module, resolve_names
+from pdm_replay.names import DTYPES, OPTIMIZERS, SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
 
 # Named here, not beside the torch code that maps them (replay.checkpoint, replay.step),
 # so the config and the CLI's --help need no torch.
-DTYPES = ("float32", "bfloat16", "float16")  # weight dtypes: torch.<name>
-OPTIMIZERS = ("adam", "sgd")
-SEED_BY = ("sample", "step")  # --seed-by: disjoint sample batches, or one seed per step
 CHUNK_COPIES = 8  # float32 (C, V) buffers alive at the peak of a chunk (gradient pass + margin)
 RECOMPUTE_COPIES = 2  # (C, V) buffers of a recompute pass: the head's output, its fp32 copy
 # the one statement of the chunk memory: `replay --help` and the README (a test checks both)
@@ -46,7 +44,7 @@ PATH_TEMPLATE = (" May be a template with {step} / {next_step} (the row's logged
                  "step + 1), e.g. ckpt/global_step_{step}: each row is replayed against "
                  "its own step's files.")
 TEMPLATE_TOO = " Accepts {step} / {next_step} like --checkpoint."
-MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASKS)
+MASK_NAMES_HELP = "Comma-separated mask names (default: all). Known: " + ", ".join(MASK_SPECS)
 OPTION = "pdm_replay.option"  # the field metadata key of an option's declaration
 
 

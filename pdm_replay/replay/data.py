@@ -26,7 +26,7 @@ from pdm_replay.io.reader import (FlatTokens, list_parquet_files, open_parquet, 
                                   rows_for_tokens)
 from pdm_replay.replay.seeds import draw_rows
 from pdm_replay.schema import ROLLOUT_V1
-from pdm_replay.validate import ValidationReport, check_batch
+from pdm_replay.checks import ValidationReport, check_batch
 
 REPLAY_COLUMNS = ("sample_id", "prompt_ids", "response_ids")
 SCAN_TOKENS = 1 << 22  # response tokens per batch of the id scan (int32 ids: ~16 MB)

@@ -28,7 +28,7 @@ from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import OptimizerFactory, ParamSnapshot, TargetNorm
 from pdm_replay.replay.templates import is_template, resolve
 from pdm_replay.schema import RolloutMeta
-from pdm_replay.validate import check_schema
+from pdm_replay.checks import check_schema
 
 CHECKPOINTS = STEP_PATHS[:3]  # directories; the fourth is the optimizer.pt file
 

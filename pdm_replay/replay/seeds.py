@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pdm_replay.errors import FieldError
-from pdm_replay.replay.config import SEED_BY
+from pdm_replay.names import SEED_BY
 
 SHUFFLE_STREAM = 0x5EED  # first seed word of the shuffles (rounds / steps are the second)
 STEP_STREAM = 0x57E9

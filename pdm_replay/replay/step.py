@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from pdm_replay.math.norms import distance, is_dtensor
-from pdm_replay.replay.config import OPTIMIZERS
+from pdm_replay.names import OPTIMIZERS
 
 T = TypeVar("T")
 GradReduce = Callable[[Sequence[nn.Parameter]], None]
@@ -183,7 +183,7 @@ def simulated_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
                    info: StepInfo | None = None) -> T:
     """Step once from θ (= ``snapshot``), return ``measure(snapshot)``, restore θ.
 
-    ``optimizer``: a name of :data:`~pdm_replay.replay.config.OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
+    ``optimizer``: a name of :data:`~pdm_replay.names.OPTIMIZERS` (fresh state) or a factory ``(params, lr)``;
     ``info`` receives the lr used and the realized ``‖Δθ‖₂``.
     """
     make = optimizer if callable(optimizer) else (

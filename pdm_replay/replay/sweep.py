@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from pdm_replay.errors import FieldError
-from pdm_replay.masks import MASKS, Mask, Thresholds, resolve_names
+from pdm_replay.masks import MASK_SPECS, Mask, Thresholds, resolve_names
 
 SWEPT = ("eps", "delta_kl", "delta_tv")  # the fields a CLI option may list several values of
 
@@ -63,7 +63,7 @@ class Variant:
     values: tuple[tuple[str, float], ...] = ()
 
     def build(self, thresholds: Thresholds) -> Mask:
-        return MASKS[self.mask].build(dataclasses.replace(thresholds, **dict(self.values)))
+        return MASK_SPECS[self.mask].build(dataclasses.replace(thresholds, **dict(self.values)))
 
     def describe(self) -> dict:
         return {"mask": self.mask, **dict(self.values)}
@@ -94,7 +94,7 @@ def variants(names: Iterable[str] | None, sweep: Sweep) -> dict[str, Variant]:
     swept = sweep.swept()
     out: dict[str, Variant] = {}
     for mask in resolve_names(names):
-        fields = [f for f in MASKS[mask].thresholds if f in swept]
+        fields = [f for f in MASK_SPECS[mask].thresholds if f in swept]
         for combo in itertools.product(*(swept[f] for f in fields)):
             name = mask + "".join(f"@{value_label(v)}" for v in combo)
             out[name] = Variant(name, mask, tuple(zip(fields, combo)))
@@ -112,7 +112,7 @@ def trainer_variant(spec: str, sweep: Sweep) -> Variant:
     field the mask reads, which must then be named)."""
     mask, _, value = spec.partition("@")
     resolve_names([mask])
-    swept = [f for f in MASKS[mask].thresholds if f in sweep.swept()]
+    swept = [f for f in MASK_SPECS[mask].thresholds if f in sweep.swept()]
     if not value:
         if swept:
             f = swept[0]
@@ -122,7 +122,7 @@ def trainer_variant(spec: str, sweep: Sweep) -> Variant:
                              values=", ".join(map(value_label, getattr(sweep, f))),
                              first=value_label(getattr(sweep, f)[0]))
         return Variant(mask, mask)
-    reads = [f for f in MASKS[mask].thresholds if f in SWEPT]
+    reads = [f for f in MASK_SPECS[mask].thresholds if f in SWEPT]
     if len(reads) != 1:
         raise FieldError("{trainer_mask} {spec}: {mask} reads no single threshold of "
                          + ", ".join("{%s}" % f for f in SWEPT) + "; pass the plain name",

@@ -34,7 +34,7 @@ from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.replay.outputs import log_support
 from pdm_replay.schema import ROLLOUT_V1
-from pdm_replay.validate import ValidationReport, check_batch
+from pdm_replay.checks import ValidationReport, check_batch
 
 TRAIN_K = "train_logprobs"
 TRAIN_TOPK = "train_topk_logprobs"

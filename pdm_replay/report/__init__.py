@@ -16,7 +16,7 @@ from importlib import import_module
 from typing import Any
 
 # Each public name and the module defining it, imported on first use: the CLI reads
-# ``report.limits`` for its --help, which must not load DuckDB, polars or torch.
+# ``pdm_replay.names`` for its --help, which must not load DuckDB, polars or torch.
 _API = ("alignment", "alignment_by_seed", "behavior_fidelity", "direction_terms",
         "disagreements", "estimator_accuracy", "headline", "kept_deltas", "log_health",
         "mask_summary", "seed_rates", "seed_wins", "settings", "sign_accuracy")

@@ -25,7 +25,7 @@ out-of-region and disagreement tokens are still there.
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> db = connect(example_run())
 >>> h = headline(db)
@@ -60,7 +60,7 @@ def mask_summary(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
     ``kl_binary > δ_kl`` for ``dppo_binary_kl``; null for masks without a family, sweep
     variants and regions SQL cannot test per token). Registry order.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     df = mask_summary(db)
@@ -80,7 +80,7 @@ def disagreements(db: ReportDB, *, pair: str | None = None, family: str | None =
     kept the token; ``delta_d_kept`` is ΔD under that mask's own update; ``delta_d_ratio``,
     ``delta_d_predictive``, ``delta_d_none`` are ΔD under each update (null without a replay).
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     page = disagreements(db, family="kl", estimator="agg", limit=5, offset=5)
@@ -104,7 +104,7 @@ def alignment_by_seed(db: ReportDB) -> pl.DataFrame:
     update measured): counts of out-of-region, disagreement, kept, measured, unsafe and
     corrective tokens and the rates.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     df = alignment_by_seed(db)
@@ -137,7 +137,7 @@ def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95
     lower unsafe-keep rate than ratio; empty: a side kept no measured token), the tests
     over independent seeds and the per-seed mean difference with its interval.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     w = seed_wins(db, n_resamples=100)
@@ -164,7 +164,7 @@ def sign_accuracy(db: ReportDB, *, by_seed: bool = False) -> pl.DataFrame:
     predictive_exact where the run has ``dkl_exact``) against sign(ΔD) under ``none``, on
     out-of-region tokens with Â ≠ 0; pooled over seeds unless ``by_seed``.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     acc = sign_accuracy(db)
@@ -179,7 +179,7 @@ def estimator_accuracy(db: ReportDB) -> pl.DataFrame:
     agreement, mean / max absolute error, over all tokens and out-of-region ones. Empty
     unless the replay had a behavior checkpoint.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     est = estimator_accuracy(db)
@@ -204,7 +204,7 @@ def log_health(db: ReportDB) -> pl.DataFrame:
     statistics, zero advantages, exact and update row counts, and the replay's
     recomputation deviation (``manifest.json`` ``recompute_deviation``; null if absent).
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> from pdm_replay.report.db import connect
     >>> with connect(example_run()) as db:
     ...     h = log_health(db)

@@ -20,7 +20,7 @@ decide differently; every such token is in the self-term sample.
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     split = attribution_split(db)

@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     report = build_report(db)
@@ -23,12 +23,12 @@ from typing import Any
 
 import polars as pl
 
-from pdm_replay.masks import FLAGGED_THRESHOLDS, MASKS, mask_pairs
+from pdm_replay.masks import FLAGGED_THRESHOLDS, MASK_SPECS, mask_pairs
 from pdm_replay.report import api
 from pdm_replay.report.attribution_report import ATTRIBUTION_NOTE, attribution_split
 from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
-from pdm_replay.report.limits import FORMATS
+from pdm_replay.names import REPORT_FORMATS as FORMATS
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
 from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
@@ -246,7 +246,7 @@ def _notes(info: RunInfo, health: dict[str, Any], unmeasured: int) -> list[str]:
         notes.append(f"{info.source}: no simulated update (updates/v1), so unsafe-keep and "
                      "corrective rates, sign accuracy and seed wins are empty; out-of-region "
                      f"and disagreement counts are shown. To get them, {REPLAY_HINT}")
-    for pair in mask_pairs(list(MASKS)):
+    for pair in mask_pairs(list(MASK_SPECS)):
         missing = [f"keep_{m}" for m in (pair.base, pair.other) if m not in info.masks]
         if pair.family is not None and missing:
             notes.append(f"no {pair.label} comparison ({pair.family}/{pair.estimator}): "

@@ -8,7 +8,7 @@ estimates (and, with a behavior checkpoint, the exact value) fall inside the int
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     cert = certificate_summary(db)

@@ -3,8 +3,8 @@
 A *comparison* is one registered (ratio mask, predictive mask) pair
 (:func:`pdm_replay.masks.mask_pairs`, the one list of pairs; ``pair`` names it) at one
 threshold setting. Its region is the predictive mask's own proximity criterion, read
-from the **built** mask (``MASKS[name].build(thresholds)``: a
-:class:`~pdm_replay.mask_kinds.Criterion`'s ``stat``, ``low``, ``high``) and its
+from the **built** mask (``MASK_SPECS[name].build(thresholds)``: a
+:class:`~pdm_replay.masks.kinds.Criterion`'s ``stat``, ``low``, ``high``) and its
 direction from the Criterion's ``slope``: never from names. Out-of-region and
 disagreement sets are functions of stored tokens/v1 columns (the statistic, the
 advantage, the ratio and the slope), so they exist at any threshold. ``delta`` is the
@@ -26,7 +26,7 @@ is left out of the direction analysis with a note (:func:`plan`).
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.run_info import discover_run
 >>> info = discover_run(example_run())
 >>> cs = comparisons(info, {"none", "dppo_topk_kl", "pdm_kl_agg"})
@@ -52,8 +52,8 @@ from typing import Any, Collection, Mapping
 
 import pyarrow as pa
 
-from pdm_replay.mask_kinds import Criterion
-from pdm_replay.masks import MASKS, MaskPair, Thresholds, mask_pairs, token_region
+from pdm_replay.masks.kinds import Criterion
+from pdm_replay.masks import MASK_SPECS, MaskPair, Thresholds, mask_pairs, token_region
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.schema import tokens_schema
 
@@ -115,7 +115,7 @@ def per_token_columns() -> frozenset[str]:
 
 def _fields(pair: MaskPair) -> tuple[str, ...]:
     """The Thresholds fields the pair reads (the predictive mask's, then the ratio's)."""
-    return tuple(dict.fromkeys(MASKS[pair.other].thresholds + MASKS[pair.base].thresholds))
+    return tuple(dict.fromkeys(MASK_SPECS[pair.other].thresholds + MASK_SPECS[pair.base].thresholds))
 
 
 def _settings(info: RunInfo, pair: MaskPair, override: Mapping[str, float]
@@ -136,7 +136,7 @@ def _settings(info: RunInfo, pair: MaskPair, override: Mapping[str, float]
 def own_update(info: RunInfo, mask: str, setting: Thresholds,
                updates: Collection[str]) -> str | None:
     """The name of ``mask``'s simulated update at ``setting``, if the run holds it."""
-    fields = MASKS[mask].thresholds
+    fields = MASK_SPECS[mask].thresholds
     def same(values: Mapping[str, Any]) -> bool:
         return all(float(values.get(f, getattr(info.thresholds, f))) == getattr(setting, f)
                    for f in fields)
@@ -162,11 +162,11 @@ def mask_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] |
 
 def _criterion(pair: MaskPair, setting: Thresholds) -> Criterion | str:
     """The predictive mask's Criterion at ``setting``, or why SQL cannot re-derive it."""
-    pred, ratio = MASKS[pair.other].build(setting), MASKS[pair.base].build(setting)
+    pred, ratio = MASK_SPECS[pair.other].build(setting), MASK_SPECS[pair.base].build(setting)
     columns = per_token_columns()
     if not isinstance(pred, Criterion) or not isinstance(ratio, Criterion):
         return "a mask of the pair is not a proximity × direction criterion"
-    if pred.reads_sequences or MASKS[pair.other].granularity != "token":
+    if pred.reads_sequences or MASK_SPECS[pair.other].granularity != "token":
         return "it is a sequence mask (its region is a sequence statistic)"
     if (ratio.stat, ratio.low, ratio.high, ratio.reduce) != (pred.stat, pred.low, pred.high,
                                                              pred.reduce):
@@ -189,7 +189,7 @@ def plan(info: RunInfo, updates: Collection[str], *,
     present = set(info.masks) | {str(info.mask_variants.get(u, {}).get("mask", u))
                                  for u in updates}
     out, notes = [], []
-    for p in mask_pairs(list(MASKS)):
+    for p in mask_pairs(list(MASK_SPECS)):
         if p.family is None or p.base not in present or p.other not in present:
             continue
         field = next(iter(_fields(p)), "")  # the one `delta` reports

@@ -11,7 +11,7 @@ seed whose updates are missing with finished ones.
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> db, status = connect_dashboard(example_run())
 >>> flt = DisagreementFilter(family="kl", estimator="agg", delta_sign=1)
 >>> n = disagreement_count(db, flt)
@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
-from pdm_replay.masks import MASKS, mask_pairs
+from pdm_replay.masks import MASK_SPECS, mask_pairs
 from pdm_replay.report.db import ReportDB, connect, load_sql
 # the Mask comparison page's query (computed in report.mask_comparison only)
 from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
@@ -157,7 +157,7 @@ def pair_options() -> tuple[str, ...]:
     >>> pair_options()[:2]
     ('dppo_topk_kl vs pdm_kl_agg', 'dppo_topk_kl vs pdm_kl_uniform')
     """
-    return tuple(p.label for p in mask_pairs(list(MASKS)) if p.family is not None)
+    return tuple(p.label for p in mask_pairs(list(MASK_SPECS)) if p.family is not None)
 
 
 def default_pair() -> str:
@@ -179,7 +179,7 @@ def family_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
     >>> family_options()
     (('kl', 'tv'), ('agg', 'uniform'))
     """
-    pairs = [p for p in mask_pairs(list(MASKS)) if p.family is not None]
+    pairs = [p for p in mask_pairs(list(MASK_SPECS)) if p.family is not None]
     return (tuple(dict.fromkeys(p.family for p in pairs)),
             tuple(dict.fromkeys(p.estimator for p in pairs if p.estimator)))
 
@@ -332,7 +332,7 @@ def support_distribution(db: ReportDB, seed: int | None, sample_id: str, pos: in
     Empty when the run has no per-support columns (runs written before them, log-only
     runs): use :func:`support_masses` then. π_post's tail is ``1 − Σ_S π_post``.
 
-    >>> from pdm_replay.report.synthetic import example_run
+    >>> from pdm_replay.testing.synthetic_run import example_run
     >>> db, _ = connect_dashboard(example_run())
     >>> t = db.query("SELECT seed, sample_id, pos FROM tokens LIMIT 1").row(0)
     >>> df = support_distribution(db, *t, update_masks=["none"])

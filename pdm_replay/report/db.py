@@ -22,7 +22,7 @@ or its materialized copy after :meth:`ReportDB.cache_disagreements`), ``alignmen
 Examples
 --------
 >>> import tempfile, pathlib
->>> from pdm_replay.report.synthetic import write_synthetic_run
+>>> from pdm_replay.testing.synthetic_run import write_synthetic_run
 >>> run = write_synthetic_run(pathlib.Path(tempfile.mkdtemp()) / "run", seeds=(0, 1),
 ...                           rows_per_seed=500)
 >>> with connect(run) as db:
@@ -53,11 +53,11 @@ import polars as pl
 import pyarrow as pa
 
 from pdm_replay.errors import FieldError, InputError
-from pdm_replay.masks import MASKS, comparison_pairs
+from pdm_replay.masks import MASK_SPECS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table,
                                            comparisons_table, mask_region, plan,
                                            region_columns)
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT
 from pdm_replay.report.run_info import RunInfo, discover_run
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
@@ -201,8 +201,8 @@ def connect(source: Path | str | RunInfo, *, memory_limit: str = DEFAULT_MEMORY_
 def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
     """The ``masks`` (registry + presence) and ``mask_pairs`` tables."""
     present = set(info.masks)
-    names = list(MASKS) + [m for m in info.masks if m not in MASKS]
-    specs = [MASKS.get(n) for n in names]
+    names = list(MASK_SPECS) + [m for m in info.masks if m not in MASK_SPECS]
+    specs = [MASK_SPECS.get(n) for n in names]
     # a family mask's own region at the run's thresholds (its out-of-region count)
     regions = [mask_region(n, info.thresholds) if s and s.family else None
                for n, s in zip(names, specs)]
@@ -221,7 +221,7 @@ def _registry_tables(info: RunInfo) -> tuple[pa.Table, pa.Table]:
         "high": pa.array([r[2] if r else None for r in regions], pa.float64()),
         "doc": [s.doc if s else "not in this version's registry" for s in specs],
     })
-    pairs = comparison_pairs(list(MASKS))
+    pairs = comparison_pairs(list(MASK_SPECS))
     mask_pairs = pa.table({
         "ord": pa.array(range(len(pairs)), pa.int32()),
         "family": [p[0] for p in pairs], "estimator": [p[1] for p in pairs],
@@ -238,7 +238,7 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     masks, mask_pairs = _registry_tables(info)
     # Registered Arrow objects become views of these names; templates carry every column
     # of the contracts so that the SQL never depends on which columns a run has.
-    con.register("tokens_template", tokens_schema(list(MASKS), replay=True,
+    con.register("tokens_template", tokens_schema(list(MASK_SPECS), replay=True,
                                                   exact=True).empty_table())
     con.register("updates_template", UPDATES_V1.empty_table())
     con.register("masks", masks)

@@ -12,7 +12,7 @@ bootstrap intervals of the ratio − predictive unsafe-keep difference.
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     h = headline(db, n_resamples=200)

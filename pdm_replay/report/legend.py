@@ -8,7 +8,7 @@ overlapping seeds, µ mismatch, partial runs). JSON carries the same as fields.
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     c = run_coverage(db)

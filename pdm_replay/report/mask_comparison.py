@@ -10,7 +10,7 @@ as an update mask, and on ``pdm-replay masks`` output, which has no update).
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     df = mask_comparison(db, family="kl")

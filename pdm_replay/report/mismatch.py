@@ -19,7 +19,7 @@ Each logged step's loss tokens (``queries_mismatch.sql``) go through the pure ma
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     mismatch, keep = step_metrics(db)
@@ -38,7 +38,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from pdm_replay.masks import MASKS, token_region
+from pdm_replay.masks import MASK_SPECS, token_region
 from pdm_replay.math.mismatch import (is_metrics, keep_metrics, offpolicy_metrics,
                                       sampling_metrics, topk_metrics, verl_masked_mean)
 from pdm_replay.math.metrics import TokenStats
@@ -123,7 +123,7 @@ def _rs_fractions(db: ReportDB, frame: pl.DataFrame) -> dict[str, float]:
                           if f.name != "advantage"},
                        advantage=torch.ones(frame.height, dtype=torch.float64))
     seqs, out = _segments(frame), {}
-    for name, spec in MASKS.items():
+    for name, spec in MASK_SPECS.items():
         if spec.logged_as:
             keep = spec.build(db.info.thresholds).keep(stats, seqs)
             out[spec.logged_as] = float(verl_masked_mean((~keep).double(), seqs))
@@ -138,7 +138,7 @@ def keep_rows(db: ReportDB, frame: pl.DataFrame) -> dict[str, dict[str, float]]:
     advantage = _tensor(frame, "advantage")
     for name in db.info.masks:
         column = keep_column(name)
-        if name not in MASKS or column not in frame.columns or \
+        if name not in MASK_SPECS or column not in frame.columns or \
                 frame[column].null_count() == frame.height:
             continue
         region = token_region(name, db.info.thresholds)
@@ -147,7 +147,7 @@ def keep_rows(db: ReportDB, frame: pl.DataFrame) -> dict[str, dict[str, float]]:
         stat = _tensor(frame, region[0]) if region else None
         stats = keep_metrics(torch.from_numpy(frame[column].to_numpy()), advantage, stat,
                              *(region[1:] if region else ()))
-        if not (region and region[0] == "ratio" and MASKS[name].direction == "ratio"):
+        if not (region and region[0] == "ratio" and MASK_SPECS[name].direction == "ratio"):
             stats = {k: v for k, v in stats.items() if k not in CLIP_RATIO}
         out[name] = stats
     return out

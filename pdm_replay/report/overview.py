@@ -8,7 +8,7 @@ page asked for the explanation, the seed rates and the log health separately).
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> from pdm_replay.report import api
 >>> with connect(example_run()) as db:

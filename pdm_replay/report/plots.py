@@ -14,7 +14,7 @@ call from a server (the dashboard).
 
 Examples
 --------
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> from pdm_replay.report.db import connect
 >>> with connect(example_run()) as db:
 ...     pngs = report_plots(db)

@@ -8,7 +8,7 @@ here; the rows stay on disk for DuckDB.
 Examples
 --------
 >>> import tempfile, pathlib
->>> from pdm_replay.report.synthetic import write_synthetic_run
+>>> from pdm_replay.testing.synthetic_run import write_synthetic_run
 >>> run = write_synthetic_run(pathlib.Path(tempfile.mkdtemp()) / "run", seeds=(0, 1),
 ...                           rows_per_seed=500)
 >>> info = discover_run(run)
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.report.masks_output import chosen_parts, masks_manifest
 from pdm_replay.run_summary import SUMMARY_FILE
 from pdm_replay.schema import (SCHEMA_KEY, THRESHOLDS_KEY, TOKENS_SCHEMA_ID,
@@ -75,7 +75,7 @@ class RunInfo:
         present = {c[len("keep_"):] for c in self.columns if c.startswith("keep_")}
         present = {str(self.mask_variants[n]["mask"]) if n in self.mask_variants else n
                    for n in present}
-        return tuple([m for m in MASKS if m in present] + sorted(present - set(MASKS)))
+        return tuple([m for m in MASK_SPECS if m in present] + sorted(present - set(MASK_SPECS)))
 
     @property
     def seeds_overlap(self) -> bool:

@@ -6,7 +6,7 @@ i.e. exactly what ``pdm-replay masks`` would see.
 Examples
 --------
 >>> import tempfile, pathlib
->>> from pdm_replay.fixtures import write_synthetic_log
+>>> from pdm_replay.testing.fixtures import write_synthetic_log
 >>> p = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "l.parquet", n_samples=16)
 >>> s = log_statistics(p)
 >>> s.samples, s.tokens

@@ -8,7 +8,7 @@ from pdm_replay.sample.log_checks import DELTA_KL, TAIL_FLOOR
 from pdm_replay.sample.tokenizer import N_NUMBERS, vocabulary
 
 if TYPE_CHECKING:
-    from pdm_replay.sample.make import SampleConfig, SampleResult, SizePreset
+    from pdm_replay.sample.config import SampleConfig, SampleResult, SizePreset
 
 
 def _stats_table(result: "SampleResult") -> str:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.math.metrics import token_stats
 from pdm_replay.math.support import build_support, reduce_logged_pair
 from pdm_replay.sample.model import load_checkpoint
@@ -84,7 +84,7 @@ def trainer_keep(groups: Sequence[GroupRollout], train: Sequence[tuple[Tensor, T
     token, ids, mu, pi, adv = _flat(groups, train, advantages)
     pair = reduce_logged_pair(build_support(token, ids), mu, pi)
     stats = token_stats(pair, adv, vocab_size)
-    return MASKS[cfg.trainer_mask].build(Thresholds(delta_kl=cfg.delta_kl)).keep(stats)
+    return MASK_SPECS[cfg.trainer_mask].build(Thresholds(delta_kl=cfg.delta_kl)).keep(stats)
 
 
 def _padded(values: list[Tensor], width: int, fill: float | bool) -> Tensor:

@@ -19,7 +19,7 @@ from pdm_replay.sample.task import SortTask
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """SFT and RL knobs (the ``small`` preset of :mod:`pdm_replay.sample.make` ships)."""
+    """SFT and RL knobs (the ``small`` preset of :mod:`pdm_replay.commands.make_sample` ships)."""
 
     sft_steps: int = 2000
     sft_batch: int = 64

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.fixtures import TINY_VOCAB, SyntheticLogConfig, save_tiny, write_synthetic_log
+from pdm_replay.testing.fixtures import TINY_VOCAB, SyntheticLogConfig, save_tiny, write_synthetic_log
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.schema import RolloutMeta
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pdm_replay.cli import app
 from pdm_replay.dashboard_app import PAGES
 from pdm_replay.replay.config import CHUNK_MEMORY, DTYPES, OPTIMIZERS
-from pdm_replay.report.limits import FORMATS, SQL_FORMATS
+from pdm_replay.names import REPORT_FORMATS as FORMATS, SQL_FORMATS
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 COMMANDS = typer.main.get_command(app).commands

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.cli.errors import field_flags
-from pdm_replay.dashboard_app.launch import DashboardConfig
+from pdm_replay.commands.dashboard import DashboardConfig
 from pdm_replay.errors import FieldError
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 

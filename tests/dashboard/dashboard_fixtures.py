@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from pdm_replay.dashboard_app import APP_FILE, ENV_RUN_DIR, ENV_TOKENIZER
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 from pdm_replay.sample.tokenizer import build_tokenizer, save_tokenizer
 
 PAGE_FILES = {"Overview": None, "Disagreements": "page_scripts/disagreements.py",

@@ -11,7 +11,7 @@ import pytest
 
 from pdm_replay.report import attribution_report as attr
 from pdm_replay.report.db import connect
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 from dashboard_fixtures import app_for, run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
 PAGE = "page_scripts/sign_attribution.py"

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.dashboard_app import APP_FILE, ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE, launch
+from pdm_replay.commands import dashboard as launch
+from pdm_replay.commands.dashboard import APP_FILE, ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE
 from dashboard_fixtures import run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
 runner = CliRunner()

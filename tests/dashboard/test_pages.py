@@ -12,7 +12,7 @@ import pyarrow.ipc  # noqa: F401  (pa.ipc)
 import pyarrow.parquet as pq
 
 from pdm_replay.dashboard_app.text import load_tokenizer, token_texts, tokenizer_candidates
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.report import api, dashboard_api as dapi
 from pdm_replay.report.build import build_report
 from pdm_replay.report.run_info import discover_run

@@ -12,7 +12,7 @@ import pytest
 
 from pdm_replay.dashboard_app.text import (context_html, load_tokenizer, token_texts,
                                            tokenizer_candidates)
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.report.run_info import discover_run
 from dashboard_fixtures import run_dir, tokenizer_dir  # noqa: F401 (fixtures)
 
@@ -100,7 +100,7 @@ def test_masks_output_finds_the_tokenizer_named_relative_to_the_log(tmp_path, mo
 
     import pyarrow.parquet as pq
 
-    from pdm_replay.fixtures import SyntheticLogConfig, iter_synthetic_chunks
+    from pdm_replay.testing.fixtures import SyntheticLogConfig, iter_synthetic_chunks
     from pdm_replay.io.rollouts import RolloutWriter
     from pdm_replay.report.run_info import discover_run
     from pdm_replay.commands.masks import MasksConfig, run_masks

@@ -13,7 +13,7 @@ from ingest_layouts import (VOCAB, make_truth, openai_record, sglang_record, ver
                             vllm_record, write_jsonl)
 
 from pdm_replay.ingest import IngestConfig, IngestError, ingest
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 
 def _truncated(rec: dict) -> str:

@@ -12,7 +12,7 @@ import torch
 
 from pdm_replay.ingest import IngestConfig, ingest
 from pdm_replay.io.reader import read_meta
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 from ingest_layouts import (K, VOCAB, Truth, assert_same_tokens, make_truth, masks_frame,
                                    openai_record, sglang_record, verl_arrays, vllm_record,
                                    write_jsonl)

@@ -18,7 +18,7 @@ from ingest_layouts import VOCAB, assert_same_tokens, make_truth, masks_frame, v
 
 from pdm_replay import RolloutLogger
 from pdm_replay.io.reader import list_parquet_files, read_meta
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 REPO = Path(__file__).resolve().parents[2]
 

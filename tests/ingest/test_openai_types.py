@@ -16,7 +16,7 @@ import pytest
 
 from pdm_replay.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.ingest.tokenizer import BYTE_DECODER, TokenMapper
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 openai_types = pytest.importorskip(
     "openai.types.chat", reason="the openai package is not installed: pip install -e "

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from pdm_replay.commands.masks import MasksConfig, run_masks
-from pdm_replay.ingest.driver import IngestConfig, ingest
+from pdm_replay.commands.ingest import IngestConfig, ingest
 from pdm_replay.ingest.parsing import IngestError
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 VOCAB = 50
 F32_EPS = 2.0 ** -23

@@ -20,7 +20,7 @@ from ingest_layouts import VOCAB, assert_same_tokens, make_truth, masks_frame, s
     write_jsonl
 
 from pdm_replay.ingest import IngestConfig, IngestError, ingest
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 
 def _flat(rec: dict, null_prefix: int = 0, b64: bool = False) -> dict:

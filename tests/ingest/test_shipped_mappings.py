@@ -11,7 +11,7 @@ from ingest_layouts import VOCAB, make_truth, write_jsonl
 
 from pdm_replay.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.io.reader import read_meta
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 # open_instruct/rl_utils.py RolloutRecord, in field order (open-instruct is not on PyPI).
 ROLLOUT_RECORD = ("step", "sample_idx", "prompt_idx", "prompt_tokens", "response_tokens",

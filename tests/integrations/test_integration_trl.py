@@ -129,7 +129,7 @@ def test_vllm_mode_logs_the_sampled_token_only(trained, tmp_path: Path,
     returns with vLLM (its keys and shapes, ``sampling_per_token_logps`` with a NaN where
     vLLM gave ``None``); the real trainer object logs it."""
     from pdm_replay import RolloutLogger
-    from pdm_replay.validate import validate_log
+    from pdm_replay.commands.validate import validate_log
     _, _, trainer = trained
     monkeypatch.setattr(trainer, "use_vllm", True)
     monkeypatch.setattr(trainer, "rollout_logger", RolloutLogger(

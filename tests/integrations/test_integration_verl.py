@@ -13,7 +13,7 @@ from ingest_layouts import K, VOCAB, assert_same_tokens, make_truth, masks_frame
 
 from pdm_replay.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.io.reader import read_meta
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 verl = pytest.importorskip(
     "verl", reason="verl is not installed: pip install -e '.[integrations]' then "

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.errors import InputError
-from pdm_replay.fixtures import write_synthetic_log
+from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.reader import iter_record_batches, read_table
 

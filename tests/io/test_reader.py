@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.io.reader import (flatten_batch, iter_flat_tokens, iter_record_batches,
                                   list_parquet_files, mean_response_length, open_parquet,
                                   pad_ragged, read_meta)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
-from pdm_replay.fixtures import (TINY_VOCAB, SyntheticLogConfig, save_tiny,  # noqa: F401
+from pdm_replay.testing.fixtures import (TINY_VOCAB, SyntheticLogConfig, save_tiny,  # noqa: F401
                                  tiny_qwen3, write_synthetic_log)
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.schema import PER_TOKEN_COLUMNS

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from replay_helpers import one_step_checkpoint
 
-from pdm_replay.masks import MASKS, weight_masks
+from pdm_replay.masks import MASK_SPECS, weight_masks
 from pdm_replay.replay.distributed import (Dist, all_reduce_grads, empty_batch, shard_bounds,
                                            shard_seed_batch)
 from pdm_replay.schema import weight_column
@@ -289,7 +289,7 @@ def assert_same_results(a: Path, b: Path, tol: float = ATOL) -> None:
     piecewise (|d log w / d log r| <= 1), so a log π error of at most tol moves it by at
     most tol·|w| (first order; float32's own rounding of w, 6e-8 relative, is far below):
     an absolute bound would fail on a weight of 728 that differs by its 7th digit."""
-    weights = {weight_column(m) for m in weight_masks(MASKS)}
+    weights = {weight_column(m) for m in weight_masks(MASK_SPECS)}
     for kind in ("tokens", "updates"):
         x, y = read_parts(a, kind), read_parts(b, kind)
         assert x.columns == y.columns and x.height == y.height > 0, kind

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pdm_replay.commands.replay import run_replay
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.replay.config import ReplayConfig
 
 # one of each new kind and reduction (each update mask is one more simulated step);
@@ -28,7 +28,7 @@ def test_field_masks_replay_on_their_weights(tmp_path, replay_log, model_dir) ->
     run = run_replay(cfg).run_dir
     tok = pq.read_table(run / "tokens" / "seed=0" / "part-0.parquet").to_pandas()
     upd = pq.read_table(run / "updates" / "seed=0" / "part-0.parquet").to_pandas()
-    weights = {n for n in UPDATES if MASKS[n].weight == "is"}
+    weights = {n for n in UPDATES if MASK_SPECS[n].weight == "is"}
     assert {f"weight_{n}" for n in weights} <= set(tok.columns)
     assert not {f"weight_{n}" for n in set(UPDATES) - weights} & set(tok.columns)
     assert (tok.weight_sapo == 1.0).all() and (tok.weight_trl_is_token_truncate == 1.0).all()

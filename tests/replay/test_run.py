@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pdm_replay.masks import MASKS, mask_pairs
+from pdm_replay.masks import MASK_SPECS, mask_pairs
 from pdm_replay.replay.config import DEFAULT_UPDATE_MASKS, ReplayConfig
 from pdm_replay.commands.replay import run_replay
 from pdm_replay.schema import UPDATES_V1
@@ -67,7 +67,7 @@ def test_layout_manifest_and_tables(exact_run, replay_log, model_dir):
     for s, (tok, upd) in enumerate(zip(tables["tokens"], tables["updates"])):
         assert set(tok["seed"].to_pylist()) == {s}
         assert {"kl_exact", "dkl_exact"} <= set(tok.column_names)
-        assert all(f"keep_{name}" in tok.column_names for name in MASKS)
+        assert all(f"keep_{name}" in tok.column_names for name in MASK_SPECS)
         thresholds = json.loads(tok.schema.metadata[b"pdm_replay.thresholds"])
         assert thresholds["delta_kl"] == 0.15
         assert upd.schema.equals(UPDATES_V1, check_metadata=False)

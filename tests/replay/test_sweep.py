@@ -15,9 +15,9 @@ from pdm_replay.replay.sweep import Sweep, parse_values, trainer_variant, varian
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning")
-MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "dppo_topk_tv")
+MASK_SPECS = ("none", "dppo_topk_kl", "pdm_kl_agg", "dppo_topk_tv")
 SMALL = dict(seeds=2, batch_size=6, micro_batch_size=4, lr=1e-3, chunk_tokens=16,
-             update_masks=MASKS, masks=MASKS + ("ppo_clip",), attribution=False)
+             update_masks=MASK_SPECS, masks=MASK_SPECS + ("ppo_clip",), attribution=False)
 
 
 def test_only_masks_reading_a_swept_field_get_variants():

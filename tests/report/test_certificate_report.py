@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.masks import Thresholds, mask_pairs
 from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import connect

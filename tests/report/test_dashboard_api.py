@@ -14,7 +14,7 @@ import pytest
 
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pdm_replay.report import api
 from pdm_replay.report.db import connect
 from pdm_replay.report.legend import coverage_line, report_warnings, run_coverage
 from pdm_replay.report.overview import overview
-from pdm_replay.report.synthetic import example_run
+from pdm_replay.testing.synthetic_run import example_run
 
 
 def test_overview_equals_the_separate_calls() -> None:

@@ -57,7 +57,7 @@ def test_html_report_fits_1280_px_in_chromium(tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip("needs the chromium apt package")
     from pdm_replay.report.plots import report_plots
-    from pdm_replay.report.synthetic import example_run
+    from pdm_replay.testing.synthetic_run import example_run
 
     with connect(example_run()) as db:
         page_html = render_html(build_report(db, bootstrap_samples=50), report_plots(db))

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.report.headline import SCHEMA as HEADLINE_SCHEMA
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 
 runner = CliRunner()
 HEADLINE_FIELDS = set(HEADLINE_SCHEMA)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from report_fixtures import MANIFEST, token_rows
 from pdm_replay.cli import app
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
 from pdm_replay.masks import Thresholds
 from pdm_replay.report import api
 from pdm_replay.report.build import build_report

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from report_fixtures import THRESHOLDS, write_run
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.masks import MASKS, Thresholds, comparison_pairs
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.masks import MASK_SPECS, Thresholds, comparison_pairs
 from pdm_replay.report import api
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
@@ -114,20 +114,20 @@ def test_masks_only_counts_match_the_masks_command(tmp_path: Path) -> None:
 def test_sql_pairs_follow_the_mask_registry() -> None:
     # the report's comparisons (report/comparisons.py) come from comparison_pairs: check its
     # pairs against the registry metadata, so a renamed mask breaks this test first
-    for family, estimator, ratio, pred in comparison_pairs(list(MASKS)):
-        assert MASKS[ratio].direction == "ratio" and MASKS[ratio].family in (None, family)
-        assert (MASKS[pred].family, MASKS[pred].direction, MASKS[pred].estimator) == \
+    for family, estimator, ratio, pred in comparison_pairs(list(MASK_SPECS)):
+        assert MASK_SPECS[ratio].direction == "ratio" and MASK_SPECS[ratio].family in (None, family)
+        assert (MASK_SPECS[pred].family, MASK_SPECS[pred].direction, MASK_SPECS[pred].estimator) == \
             (family, "predictive", estimator)
-        assert MASKS[ratio].proximity == MASKS[pred].proximity
+        assert MASK_SPECS[ratio].proximity == MASK_SPECS[pred].proximity
     # the paper's pairs are among them (a composed mask may add more)
-    assert {(f, e, r, p) for f, e, r, p in comparison_pairs(list(MASKS))} >= {
+    assert {(f, e, r, p) for f, e, r, p in comparison_pairs(list(MASK_SPECS))} >= {
         (f, e, f"dppo_topk_{f}", f"pdm_{f}_{e}") for f in ("kl", "tv") for e in ("agg", "uniform")}
 
 
 def test_a_pair_sql_cannot_rederive_is_left_out_with_a_note(tmp_path: Path,
                                                             user_registry: None) -> None:
     # a registered pair whose region is a derived statistic (k3, not a tokens/v1 column)
-    from pdm_replay.mask_kinds import Criterion
+    from pdm_replay.masks.kinds import Criterion
     from pdm_replay.masks import MaskSpec, register
 
     for name, direction, family in (("k3_ratio", "ratio", None), ("k3_pdm", "predictive", "kl")):

@@ -26,12 +26,12 @@ import pytest
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.fixtures import SyntheticLogConfig, write_synthetic_log
-from pdm_replay.mask_kinds import Criterion
-from pdm_replay.masks import MASKS, Thresholds
+from pdm_replay.testing.fixtures import SyntheticLogConfig, write_synthetic_log
+from pdm_replay.masks.kinds import Criterion
+from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.report.db import connect
 from pdm_replay.report.mismatch import step_metrics
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 from trainer_oracles import padded, trl_clip_ratio, trl_sampling, verl_metrics
 
 pytest.importorskip("verl", reason="verl is not installed")
@@ -92,7 +92,7 @@ def _rs_specs() -> dict[str, str]:
     """verl rs option -> threshold spec, from each registered rs criterion at the default
     thresholds (k1 options: exp of the band on −log r; others: the upper bound)."""
     out = {}
-    for spec in MASKS.values():
+    for spec in MASK_SPECS.values():
         if not spec.logged_as:
             continue
         crit = spec.build(Thresholds())
@@ -120,7 +120,7 @@ def test_verl_keys_equal_verl_functions(which: str, request: pytest.FixtureReque
         # verl's rs keys beyond each option's masked fraction (its statistic's mean, max,
         # ..., the combined mask's fractions) describe the rs config run, not one mask
         verl_keys = {k for k in ref if "rollout_rs_" not in k} | {
-            s.logged_as for s in MASKS.values() if s.logged_as}
+            s.logged_as for s in MASK_SPECS.values() if s.logged_as}
         ours = {k for k in obj if k.startswith("rollout_corr/")}
         assert ours == verl_keys, ours ^ verl_keys
         _close(obj, ref, ours)

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.report.db import SqlRefused, connect
-from pdm_replay.report.produce import SqlConfig, run_sql
-from pdm_replay.report.synthetic import write_synthetic_run
+from pdm_replay.commands.report import SqlConfig, run_sql
+from pdm_replay.testing.synthetic_run import write_synthetic_run
 
 PART = "{run}/tokens/seed=0/part-0000.parquet"
 # Statements that write, create or delete files, change settings or escape the run. The

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from pdm_replay.cli import app
 from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.masks import MasksConfig, run_masks
-from pdm_replay.sample.make import LOG_FILE, SampleConfig, make_sample
+from pdm_replay.commands.make_sample import LOG_FILE, SampleConfig, make_sample
 from pdm_replay.sample.log_checks import log_statistics
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 # The engine decoded incrementally (KV cache, a batch of G rows); the check decodes one
 # row the same way (sample_checks.decoded_logits) from the same bf16 weights: 0 ulps on

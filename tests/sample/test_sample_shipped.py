@@ -16,10 +16,10 @@ from transformers import AutoTokenizer, Qwen3ForCausalLM
 
 from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.masks import MasksConfig, run_masks
-from pdm_replay.sample.make import LOG_FILE, SampleConfig, make_sample
+from pdm_replay.commands.make_sample import LOG_FILE, SampleConfig, make_sample
 from pdm_replay.sample.log_checks import (DELTA_KL, MIN_DISAGREEMENTS, MIN_SEEDS, MIN_STEPS,
                                           SEED_SAMPLES, log_statistics)
-from pdm_replay.validate import validate_log
+from pdm_replay.commands.validate import validate_log
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 REGENERATE = "pdm-replay make-sample sample_data --seed 0 --size small"

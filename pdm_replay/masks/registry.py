@@ -10,16 +10,16 @@ outside is dropped); tokens with Â = 0 are always kept.
 
 Each :class:`MaskSpec` declares its proximity, direction, estimator, granularity and
 weight kind, so comparisons are *derived* (:func:`mask_pairs`), never spelled by name.
-The built-in masks are registered in :mod:`pdm_replay.mask_catalog`, one
+The built-in masks are registered in :mod:`pdm_replay.masks.catalog`, one
 ``register(...)`` line per name; users add theirs from a module of their own
 (:func:`load_mask_module`, ``--mask-module``). This module imports no torch: the
 metadata is plain Python, torch runs only inside the masks
-(:mod:`pdm_replay.mask_kinds`).
+(:mod:`pdm_replay.masks.kinds`).
 
 Examples
 --------
->>> from pdm_replay.masks import MASKS, Thresholds, build_masks
->>> sorted(MASKS)[:3]
+>>> from pdm_replay.masks import MASK_SPECS, Thresholds, build_masks
+>>> sorted(MASK_SPECS)[:3]
 ['cispo', 'clip_higher', 'dppo_binary_kl']
 >>> masks = build_masks(["ppo_clip", "pdm_kl_agg"], Thresholds(delta_kl=0.1))
 >>> masks["pdm_kl_agg"].high
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from pdm_replay.errors import FieldError
-from pdm_replay.mask_kinds import Criterion
+from pdm_replay.masks.kinds import Criterion
 
 if TYPE_CHECKING:  # torch only for the type checker: the registry imports without it
     from torch import Tensor
@@ -148,14 +148,14 @@ class MaskSpec:
                              f"{', '.join(unknown)}")
 
 
-MASKS: dict[str, MaskSpec] = {}
+MASK_SPECS: dict[str, MaskSpec] = {}
 
 
 def register(spec: MaskSpec) -> MaskSpec:
-    """Add ``spec`` to :data:`MASKS`; a second mask of the same name is rejected."""
-    if spec.name in MASKS:
+    """Add ``spec`` to :data:`MASK_SPECS`; a second mask of the same name is rejected."""
+    if spec.name in MASK_SPECS:
         raise ValueError(f"mask {spec.name!r} is already registered")
-    MASKS[spec.name] = spec
+    MASK_SPECS[spec.name] = spec
     return spec
 
 
@@ -179,7 +179,7 @@ class MaskPair:
 def mask_pairs(names: Iterable[str] | None = None) -> list[MaskPair]:
     """Every (ratio, predictive) pair of the named masks (``None`` = all) that share a
     proximity criterion and granularity, in registry order of the predictive mask."""
-    specs = [MASKS[n] for n in resolve_names(names)]
+    specs = [MASK_SPECS[n] for n in resolve_names(names)]
     out = []
     for other in specs:
         if other.direction != "predictive" or not other.proximity:
@@ -204,14 +204,14 @@ def comparison_pairs(names: Iterable[str] | None = None
 def token_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] | None:
     """``(stat, low, high)`` of mask ``name``'s region as it builds at ``thresholds``
     (outside ``[low, high]``: out of region), when that is a per-token test (a token-level
-    :class:`~pdm_replay.mask_kinds.Criterion`); None for sequence statistics and weights.
+    :class:`~pdm_replay.masks.kinds.Criterion`); None for sequence statistics and weights.
 
     >>> token_region("dppo_binary_kl", Thresholds(delta_kl=0.1))
     ('kl_binary', -inf, 0.1)
     >>> token_region("gspo", Thresholds()) is None  # a sequence statistic
     True
     """
-    crit = MASKS[name].build(thresholds)
+    crit = MASK_SPECS[name].build(thresholds)
     if not isinstance(crit, Criterion) or crit.reads_sequences:
         return None
     return crit.stat, crit.low, crit.high
@@ -220,17 +220,17 @@ def token_region(name: str, thresholds: Thresholds) -> tuple[str, float, float] 
 def resolve_names(names: Iterable[str] | None) -> list[str]:
     """Validate mask names (``None`` = all, registry order); unknown names raise ``ValueError``."""
     if names is None:
-        return list(MASKS)
+        return list(MASK_SPECS)
     names = list(dict.fromkeys(names))
-    unknown = [n for n in names if n not in MASKS]
+    unknown = [n for n in names if n not in MASK_SPECS]
     if unknown:
-        raise ValueError(f"unknown mask(s) {', '.join(unknown)}; known: {', '.join(MASKS)}")
+        raise ValueError(f"unknown mask(s) {', '.join(unknown)}; known: {', '.join(MASK_SPECS)}")
     return names
 
 
 def build_masks(names: Iterable[str] | None, thresholds: Thresholds) -> dict[str, Mask]:
     """Instantiate the named masks with ``thresholds``."""
-    return {n: MASKS[n].build(thresholds) for n in resolve_names(names)}
+    return {n: MASK_SPECS[n].build(thresholds) for n in resolve_names(names)}
 
 
 def apply_masks(masks: dict[str, Mask], stats: "TokenStats",
@@ -242,7 +242,7 @@ def apply_masks(masks: dict[str, Mask], stats: "TokenStats",
 
 def weight_masks(names: Iterable[str]) -> list[str]:
     """The names among ``names`` whose weight is real-valued (tokens/v1 ``weight_<mask>``)."""
-    return [n for n in names if n in MASKS and MASKS[n].weight != "binary"]
+    return [n for n in names if n in MASK_SPECS and MASK_SPECS[n].weight != "binary"]
 
 
 def load_mask_module(path: str | Path) -> Any:
@@ -265,8 +265,3 @@ def load_mask_module(path: str | Path) -> Any:
         del sys.modules[key]
         raise
     return module
-
-
-from pdm_replay import mask_catalog  # noqa: E402,F401  (registers the built-in masks)
-
-BUILTIN: tuple[str, ...] = tuple(MASKS)  # the package's own masks (the README table)

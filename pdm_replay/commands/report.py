@@ -4,7 +4,7 @@ render, write atomically. The CLI only parses options into the configs below.
 Examples
 --------
 >>> import tempfile, pathlib, json
->>> from pdm_replay.report.synthetic import example_run
+>>> from pdm_replay.testing.synthetic_run import example_run
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> _ = produce_report(ReportConfig(source=example_run(), format="json", out=out))
 >>> sorted(json.loads(out.read_text()))[:3]
@@ -36,7 +36,7 @@ from pdm_replay.report.build import (FORMATS, Report, ReportConfig, build_report
 from pdm_replay.report.db import (DEFAULT_MEMORY_LIMIT, ReportDB, SqlFieldRefused, connect,
                                   read_only_query)
 from pdm_replay.report.legend import run_coverage
-from pdm_replay.report.limits import SQL_FORMATS
+from pdm_replay.names import SQL_FORMATS
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.report.render import (TERMINAL_WIDTH, fit_columns, render_html, render_json,
                                       render_markdown, render_table)

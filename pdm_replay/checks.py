@@ -1,16 +1,9 @@
-"""Validate a rollout/v1 log: schema, footer, per-token consistency, value ranges.
+"""The checks of a rollout/v1 log: schema, footer, per-token consistency, value ranges.
 
 Every problem names the file, ``sample_id`` and position. Checks run vectorised per
-record batch, so memory stays bounded whatever the log size.
-
-Examples
---------
->>> import tempfile, pathlib
->>> from pdm_replay.fixtures import write_synthetic_log
->>> p = write_synthetic_log(pathlib.Path(tempfile.mkdtemp()) / "l.parquet", n_samples=4)
->>> report = validate_log(p)
->>> report.ok, report.samples, report.tokens
-(True, 4, 64)
+record batch, so memory stays bounded whatever the log size. ``validate`` runs them over
+a whole log (:func:`pdm_replay.commands.validate.validate_log`); ``masks``, ``replay``,
+``recompute`` and ``ingest`` run :func:`check_batch` on every batch they read or write.
 """
 
 from __future__ import annotations
@@ -24,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdm_replay.errors import InputError
-from pdm_replay.io.reader import (BATCH_TOKENS, PAD_ID, FlatTokens, flatten_batch,
-                                  iter_record_batches, list_parquet_files, read_meta,
+from pdm_replay.io.reader import (PAD_ID, FlatTokens, flatten_batch,
+                                  list_parquet_files, read_meta,
                                   read_schema)
 from pdm_replay.math.support import mass_overflow
 from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
@@ -91,7 +84,7 @@ class ValidationReport:
         return {f"p{q:g}": float(np.percentile(mass, q)) for q in qs} if mass.size else {}
 
 
-def _check_columns(schema: pa.Schema, source: str, report: ValidationReport) -> bool:
+def check_columns(schema: pa.Schema, source: str, report: ValidationReport) -> bool:
     ok = True
     for col in ROLLOUT_COLUMNS:
         if col.name not in schema.names:
@@ -301,46 +294,8 @@ def check_schema(path: Path | str) -> RolloutMeta:
             RolloutMeta.from_metadata(schema.metadata, str(f))
         except ValueError as exc:
             raise InputError(str(exc)) from exc
-        if not _check_columns(schema, str(f), report):
+        if not check_columns(schema, str(f), report):
             raise InputError(f"{report.errors[0]}", fix="run `pdm-replay validate` on the "
                              "log for every problem; re-create it with `pdm-replay ingest` "
                              "or pdm_replay.io.write_rollouts")
     return read_meta(path)
-
-
-def validate_log(path: Path | str, *, max_errors: int = 50,
-                 batch_rows: int = 1024) -> ValidationReport:
-    """Check every file of the log at ``path``; never raises on bad data, reports it."""
-    report = ValidationReport(str(path), max_errors=max_errors)
-    try:
-        files = list_parquet_files(path)
-    except FileNotFoundError as exc:
-        report.add(Problem(str(path), None, None, "not-found", str(exc)))
-        return report
-    report.files = len(files)
-    seen: set[str] = set()
-    for f in files:
-        try:
-            schema = read_schema(f)
-            meta = RolloutMeta.from_metadata(schema.metadata, str(f))
-        except InputError as exc:
-            report.add(Problem(str(f), None, None, "unreadable", exc.message
-                               + (f"; {exc.fix}" if exc.fix else "")))
-            continue
-        except (ValueError, OSError) as exc:
-            report.add(Problem(str(f), None, None, "footer", str(exc)))
-            continue
-        report.meta = report.meta or meta
-        if not _check_columns(schema, str(f), report):
-            continue
-        try:
-            for _, first, batch in iter_record_batches(f, batch_rows=batch_rows,
-                                                       max_tokens=BATCH_TOKENS):
-                check_batch(batch, str(f), first, meta.vocab_size, report, seen,
-                            max_topk=meta.max_topk_entries)
-        except InputError as exc:  # a corrupt page: the rest of this file is unreadable
-            report.add(Problem(str(f), None, None, "unreadable", exc.message
-                               + (f"; {exc.fix}" if exc.fix else "")))
-    if report.meta and report.meta.truncated_sampler and report.meta.logprobs_mode == "processed":
-        report.warning_counts["truncated-sampler"] += 1
-    return report

@@ -36,7 +36,7 @@ import torch
 
 from pdm_replay.io.atomic import atomic_write_bytes, write_table_atomic
 from pdm_replay.io.reader import FlatTokens
-from pdm_replay.masks import MASKS, Thresholds, build_masks
+from pdm_replay.masks import MASK_SPECS, Thresholds, build_masks
 from pdm_replay.math.support import build_support, gather_support_logprobs
 from pdm_replay.schema import THRESHOLDS_KEY, UPDATES_V1
 from pdm_replay.tokens import log_stats, support_lists, token_table
@@ -160,7 +160,7 @@ def write_synthetic_run(run_dir: Path | str, *, seeds: Sequence[int] = (0, 1, 2)
     """
     run_dir = Path(run_dir)
     cfg = {"vocab_size": vocab_size, "exact": exact, "update_masks": list(update_masks),
-           "masks": build_masks(list(MASKS), thresholds),
+           "masks": build_masks(list(MASK_SPECS), thresholds),
            "thresholds_json": json.dumps(asdict(thresholds)).encode()}
     for seed in seeds:
         rng = np.random.default_rng([rng_seed, seed])
@@ -168,7 +168,7 @@ def write_synthetic_run(run_dir: Path | str, *, seeds: Sequence[int] = (0, 1, 2)
             n = min(part_rows, rows_per_seed - first)
             flat = _flat_tokens(rng, seed, first, n, tokens_per_sample, top_k, vocab_size)
             _write_part(run_dir, rng, flat, seed, part, cfg)
-    manifest = {"generator": "pdm_replay.report.synthetic", "seeds": list(seeds),
+    manifest = {"generator": "pdm_replay.testing.synthetic_run", "seeds": list(seeds),
                 "config": {"thresholds": asdict(thresholds), "update_masks": list(update_masks)},
                 "recompute_deviation": {"max": 1.5e-3, "mean": 2.0e-4}}
     atomic_write_bytes(run_dir / "manifest.json", json.dumps(manifest, indent=2).encode())

@@ -24,9 +24,19 @@ from pathlib import Path
 from typing import Mapping, NoReturn
 
 from pdm_replay.errors import FieldError
-from pdm_replay.dashboard_app import (APP_FILE, ENV_MASK_MODULES, ENV_MEMORY_LIMIT,
-                                      ENV_RUN_DIR, ENV_TOKENIZER, SERVE_MODULE)
-from pdm_replay.report.limits import DEFAULT_MEMORY_LIMIT
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT
+
+# What the server process reads from its environment (set here, read by dashboard_app).
+ENV_RUN_DIR = "PDM_REPLAY_RUN_DIR"
+ENV_TOKENIZER = "PDM_REPLAY_TOKENIZER"
+ENV_MEMORY_LIMIT = "PDM_REPLAY_MEMORY_LIMIT"
+ENV_MASK_MODULES = "PDM_REPLAY_MASK_MODULES"  # --mask-module files, os.pathsep-separated
+# The Streamlit entry script, by path: this module sits below dashboard_app and does not
+# import it (dashboard_app imports streamlit).
+APP_FILE = Path(__file__).resolve().parents[1] / "dashboard_app" / "app.py"
+# the server process `pdm-replay dashboard` runs: `streamlit run APP_FILE` after it has
+# started computing the first page (serve.py, warmup.py)
+SERVE_MODULE = "pdm_replay.dashboard_app.serve"
 
 INSTALL_HINT = "the dashboard needs streamlit and altair: pip install 'pdm_replay[dashboard]'"
 

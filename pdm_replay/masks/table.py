@@ -1,4 +1,4 @@
-"""The README's mask table, generated from the registry (``python -m pdm_replay.mask_table``
+"""The README's mask table, generated from the registry (``python -m pdm_replay.masks.table``
 rewrites it in place; ``tests/test_mask_table.py`` fails when it drifts).
 
 >>> "| `verl_vanilla` |" in mask_table()
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdm_replay.masks import BUILTIN, MASKS, Thresholds
+from pdm_replay.masks import BUILTIN, MASK_SPECS, Thresholds
 
 START, END = "<!-- mask-table:start -->", "<!-- mask-table:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -26,7 +26,7 @@ def mask_table() -> str:
     order."""
     rows = ["| name | region × direction | direction | granularity | weight | parameters (default) "
             "| reproduces | reference |", "|---|---|---|---|---|---|---|---|"]
-    for s in (MASKS[n] for n in BUILTIN):
+    for s in (MASK_SPECS[n] for n in BUILTIN):
         direction = s.direction + (f" ({s.estimator})" if s.estimator else "")
         rows.append(f"| `{s.name}` | {s.doc} | {direction} | {s.granularity} | {s.weight} | "
                     f"{_params(s.thresholds)} | {s.reproduces or '—'} | {s.source or '—'} |")

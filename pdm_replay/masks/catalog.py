@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from pdm_replay.mask_kinds import (M2PO, Criterion, GeoMeanClip, ISWeight, KeepAll, SapoGate,
+from pdm_replay.masks.kinds import (M2PO, Criterion, GeoMeanClip, ISWeight, KeepAll, SapoGate,
                                      VacoTV)
-from pdm_replay.masks import Mask, MaskSpec, Thresholds, register
+from pdm_replay.masks.registry import Mask, MaskSpec, Thresholds, register
 
 VERL_LOSS = "verl/trainer/ppo/core_algos.py"
 VERL_RC = "verl/trainer/ppo/rollout_corr_helper.py"
