@@ -122,7 +122,7 @@ TOKEN_REPLAY_COLUMNS: tuple[Column, ...] = (
 # Per-support lists (replay only): S in support order, column 0 = k, invalid slots dropped.
 TOKEN_SUPPORT_COLUMNS: tuple[Column, ...] = (
     Column("support_ids", pa.list_(_I32), "replay", "S in support order (first = k)"),
-    Column("support_logp_mu", pa.list_(_F32), "replay", "log mu on S, from the log"),
+    Column("support_logp_behavior", pa.list_(_F32), "replay", "log mu on S, from the log"),
     Column("support_logp_pre", pa.list_(_F32), "replay", "log pi_pre on S (recomputed)"),
 )
 

@@ -114,14 +114,14 @@ def support_logp_list(logp_s: torch.Tensor, valid: np.ndarray) -> pa.ListArray:
     return support_list(logp_s.cpu().float().numpy(), valid, pa.float32())
 
 
-def support_lists(support: Support, logp_mu_s: torch.Tensor, logp_pi_s: torch.Tensor
+def support_lists(support: Support, logp_behavior_s: torch.Tensor, logp_train_s: torch.Tensor
                   ) -> dict[str, pa.ListArray]:
-    """tokens/v1's ``support_ids``, ``support_logp_mu`` and ``support_logp_pre`` ``(N,)``:
+    """tokens/v1's ``support_ids``, ``support_logp_behavior`` and ``support_logp_pre`` ``(N,)``:
     the support and log µ, log π_pre on it ``(N, M)``, invalid slots dropped."""
     valid = support.valid.cpu().numpy()
     return {"support_ids": support_list(support.ids.cpu().numpy(), valid, pa.int32()),
-            "support_logp_mu": support_logp_list(logp_mu_s, valid),
-            "support_logp_pre": support_logp_list(logp_pi_s, valid)}
+            "support_logp_behavior": support_logp_list(logp_behavior_s, valid),
+            "support_logp_pre": support_logp_list(logp_train_s, valid)}
 
 
 def runs_to_arrow(values: np.ndarray, run_key: np.ndarray) -> pa.Array:

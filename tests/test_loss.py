@@ -36,41 +36,41 @@ def setup(seed: int):
     g = torch.Generator().manual_seed(seed)
     z_mu = torch.randn(B, T, V, generator=g, dtype=F64) * 1.5
     theta = torch.nn.Parameter(z_mu + torch.randn(B, T, V, generator=g, dtype=F64) * 0.7)
-    lmu = torch.log_softmax(z_mu, -1)
-    k = torch.multinomial(lmu.exp().reshape(-1, V), 1, generator=g).reshape(B, T)
-    topk = torch.topk(lmu, K, -1).indices
+    logp_behavior = torch.log_softmax(z_mu, -1)
+    k = torch.multinomial(logp_behavior.exp().reshape(-1, V), 1, generator=g).reshape(B, T)
+    topk = torch.topk(logp_behavior, K, -1).indices
     missing = ~(topk == k[..., None]).any(-1)
     topk[..., -1] = torch.where(missing, k, topk[..., -1])
     adv = torch.randn(B, 1, generator=g, dtype=F64).expand(B, T).clone()
     adv[0, :2] = 0.0
     loss_mask = torch.arange(T)[None, :] < torch.randint(3, T + 1, (B, 1), generator=g)
-    return theta, lmu, k, topk, adv, loss_mask
+    return theta, logp_behavior, k, topk, adv, loss_mask
 
 
 META = RolloutMeta(vocab_size=V, top_k=K, topk_convention="replace_last")  # as setup logs
 
 
-def flat_of(theta, lmu, k, topk, adv, loss_mask) -> FlatTokens:
+def flat_of(theta, logp_behavior, k, topk, adv, loss_mask) -> FlatTokens:
     """The tokens of :func:`setup` as the log-only path reads them (π logged from θ)."""
     with torch.no_grad():
-        lpi = torch.log_softmax(theta, -1)
+        logp_train = torch.log_softmax(theta, -1)
     n = B * T
     return FlatTokens(
         sample_id=np.array([f"s{r}" for r in range(B) for _ in range(T)], dtype=object),
         step=np.zeros(n, np.int64), row=np.repeat(np.arange(B), T),
         pos=np.tile(np.arange(T, dtype=np.int32), B), token_id=k.reshape(-1).numpy(),
         advantage=adv.reshape(-1).numpy(), loss_mask=loss_mask.reshape(-1).numpy(),
-        logp_behavior=lmu.gather(-1, k[..., None]).reshape(-1).numpy(),
+        logp_behavior=logp_behavior.gather(-1, k[..., None]).reshape(-1).numpy(),
         topk_ids=topk.reshape(n, K).numpy(),
-        topk_logprobs=lmu.gather(-1, topk).reshape(n, K).numpy(),
-        train_logprobs=lpi.gather(-1, k[..., None]).reshape(-1).numpy(),
-        train_topk_logprobs=lpi.gather(-1, topk).reshape(n, K).numpy())
+        topk_logprobs=logp_behavior.gather(-1, topk).reshape(n, K).numpy(),
+        train_logprobs=logp_train.gather(-1, k[..., None]).reshape(-1).numpy(),
+        train_topk_logprobs=logp_train.gather(-1, topk).reshape(n, K).numpy())
 
 
-def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
+def replay_gradient(name, theta, logp_behavior, k, topk, adv, loss_mask, t):
     """−Δθ of one SGD step at lr 1 as the replay takes it: statistics from the log-only
     path (FlatTokens -> log_stats), weight × loss mask, surrogate_loss, simulated_step."""
-    flat = flat_of(theta, lmu, k, topk, adv, loss_mask)
+    flat = flat_of(theta, logp_behavior, k, topk, adv, loss_mask)
     stats = log_stats(flat, V, META)
     seqs = Segments.of(flat.row, flat.loss_mask)
     weight = MASK_SPECS[name].build(t).weight(stats, seqs) * torch.from_numpy(flat.loss_mask)
@@ -90,13 +90,13 @@ def replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t):
 @pytest.mark.parametrize("name", MASK_NAMES)
 def test_policy_loss_gradient_is_the_simulated_step_gradient(name: str) -> None:
     t = THRESHOLDS
-    theta, lmu, k, topk, adv, loss_mask = setup(1)
-    expected = replay_gradient(name, theta, lmu, k, topk, adv, loss_mask, t)
-    lpi = torch.log_softmax(theta, -1)
-    loss = policy_loss(name, lpi.gather(-1, k[..., None])[..., 0],
-                       lmu.gather(-1, k[..., None])[..., 0], adv, loss_mask, token_ids=k,
-                       topk_ids=topk, topk_logp_behavior=lmu.gather(-1, topk),
-                       topk_logp_train=lpi.detach().gather(-1, topk), vocab_size=V,
+    theta, logp_behavior, k, topk, adv, loss_mask = setup(1)
+    expected = replay_gradient(name, theta, logp_behavior, k, topk, adv, loss_mask, t)
+    logp_train = torch.log_softmax(theta, -1)
+    loss = policy_loss(name, logp_train.gather(-1, k[..., None])[..., 0],
+                       logp_behavior.gather(-1, k[..., None])[..., 0], adv, loss_mask, token_ids=k,
+                       topk_ids=topk, topk_logp_behavior=logp_behavior.gather(-1, topk),
+                       topk_logp_train=logp_train.detach().gather(-1, topk), vocab_size=V,
                        top_k=K, topk_convention="replace_last", thresholds=t)
     (grad,) = torch.autograd.grad(loss, theta)
     # the step's Δθ = (θ − g) − θ rounds once at the scale of θ: half an ulp of |θ| per
@@ -108,9 +108,9 @@ def test_policy_loss_gradient_is_the_simulated_step_gradient(name: str) -> None:
 
 def test_masks_differ_so_the_gradient_test_is_not_vacuous() -> None:
     t = THRESHOLDS
-    theta, lmu, k, topk, adv, loss_mask = setup(1)
-    grads = {n: replay_gradient(n, theta, lmu, k, topk, adv, loss_mask, t) for n in MASK_NAMES}
-    ref = replay_gradient("none", theta, lmu, k, topk, adv, loss_mask, t)
+    theta, logp_behavior, k, topk, adv, loss_mask = setup(1)
+    grads = {n: replay_gradient(n, theta, logp_behavior, k, topk, adv, loss_mask, t) for n in MASK_NAMES}
+    ref = replay_gradient("none", theta, logp_behavior, k, topk, adv, loss_mask, t)
     assert all(not torch.equal(g, ref) for g in grads.values())
 
 
@@ -118,15 +118,15 @@ def test_loss_statistics_are_the_log_only_statistics() -> None:
     """policy_loss's statistics come from the builder ``masks`` and ``replay`` use: every
     field equals log_stats' at the loss tokens, the genuine-top-K cap included (without
     ``top_k`` the certificate interval is only looser, never narrower)."""
-    theta, lmu, k, topk, adv, loss_mask = setup(1)
-    flat = flat_of(theta, lmu, k, topk, adv, loss_mask)
+    theta, logp_behavior, k, topk, adv, loss_mask = setup(1)
+    flat = flat_of(theta, logp_behavior, k, topk, adv, loss_mask)
     want = log_stats(flat, V, META)
     sel = torch.from_numpy(flat.loss_mask)
-    lpi = torch.log_softmax(theta.detach(), -1)
+    logp_train = torch.log_softmax(theta.detach(), -1)
     at_k = k[..., None]
-    args = (lpi.gather(-1, at_k)[..., 0][loss_mask], lmu.gather(-1, at_k)[..., 0][loss_mask],
-            adv[loss_mask], k[loss_mask], topk[loss_mask], lmu.gather(-1, topk)[loss_mask],
-            lpi.gather(-1, topk)[loss_mask], V)
+    args = (logp_train.gather(-1, at_k)[..., 0][loss_mask], logp_behavior.gather(-1, at_k)[..., 0][loss_mask],
+            adv[loss_mask], k[loss_mask], topk[loss_mask], logp_behavior.gather(-1, topk)[loss_mask],
+            logp_train.gather(-1, topk)[loss_mask], V)
     got = mask_stats(*args, top_k=K, topk_convention="replace_last")
     for name, value in want.as_dict().items():
         assert torch.equal(got.as_dict()[name], value[sel]), name

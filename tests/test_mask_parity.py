@@ -43,72 +43,72 @@ def batch(seed: int, spread: float = 0.8, seq_spread: float = 0.0):
     ±20 clamp of log r (which zeroes gradients) never acts.
     """
     g = torch.Generator().manual_seed(seed)
-    lmu = torch.log(torch.rand(B, T, generator=g, dtype=F64) * 0.88 + 0.02)
+    logp_behavior = torch.log(torch.rand(B, T, generator=g, dtype=F64) * 0.88 + 0.02)
     lr = spread * torch.randn(B, T, generator=g, dtype=F64)
     lr = lr + seq_spread * torch.randn(B, 1, generator=g, dtype=F64)
-    lpi = torch.minimum(lmu + lr, torch.full_like(lmu, -1e-3))  # π_k < 1
+    logp_train = torch.minimum(logp_behavior + lr, torch.full_like(logp_behavior, -1e-3))  # π_k < 1
     adv = torch.randn(B, T, generator=g, dtype=F64)
     lengths = torch.randint(4, T + 1, (B,), generator=g)
     mask = torch.arange(T)[None, :] < lengths[:, None]
-    return lmu, lpi, adv, mask
+    return logp_behavior, logp_train, adv, mask
 
 
-def stats_of(lmu, lpi, adv, mask) -> tuple[TokenStats, Segments, torch.Tensor]:
+def stats_of(logp_behavior, logp_train, adv, mask) -> tuple[TokenStats, Segments, torch.Tensor]:
     """Binary-support TokenStats of the valid tokens, their Segments, the valid index."""
     sel = mask.reshape(-1)
     n = int(sel.sum())
     support = build_support(torch.zeros(n, dtype=torch.long), torch.zeros(n, 0, dtype=torch.long))
     pick = lambda x: x.reshape(-1)[sel][:, None]  # noqa: E731
-    s = token_stats(reduce_pair(support, pick(lmu), pick(lpi)), adv.reshape(-1)[sel], 1000)
+    s = token_stats(reduce_pair(support, pick(logp_behavior), pick(logp_train)), adv.reshape(-1)[sel], 1000)
     rows = torch.arange(B)[:, None].expand(B, T).reshape(-1)[sel]
     return s, Segments(rows, torch.ones(n, dtype=torch.bool)), sel
 
 
-def verl_zero_grad(loss_fn, lmu, lpi, adv, mask, **cfg) -> torch.Tensor:
+def verl_zero_grad(loss_fn, logp_behavior, logp_train, adv, mask, **cfg) -> torch.Tensor:
     """Valid tokens where verl's loss has no gradient w.r.t. log π (flat, valid order)."""
-    lp = lpi.clone().requires_grad_(True)
+    lp = logp_train.clone().requires_grad_(True)
     config = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1, **cfg)
-    loss, _ = loss_fn(lmu, lp, adv, mask.double(), "token-mean", config)
+    loss, _ = loss_fn(logp_behavior, lp, adv, mask.double(), "token-mean", config)
     loss.backward()
     return (lp.grad == 0).reshape(-1)[mask.reshape(-1)]
 
 
-def mask_drops(name: str, t: Thresholds, lmu, lpi, adv, mask) -> torch.Tensor:
-    s, seqs, _ = stats_of(lmu, lpi, adv, mask)
+def mask_drops(name: str, t: Thresholds, logp_behavior, logp_train, adv, mask) -> torch.Tensor:
+    s, seqs, _ = stats_of(logp_behavior, logp_train, adv, mask)
     return ~build_masks([name], t)[name].keep(s, seqs)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_verl_vanilla_with_and_without_dual_clip(seed: int) -> None:
-    lmu, lpi, adv, mask = batch(seed)
+    logp_behavior, logp_train, adv, mask = batch(seed)
     t = Thresholds()
-    dual = verl_zero_grad(core_algos.compute_policy_loss_vanilla, lmu, lpi, adv, mask,
+    dual = verl_zero_grad(core_algos.compute_policy_loss_vanilla, logp_behavior, logp_train, adv, mask,
                           clip_ratio=0.2, clip_ratio_c=3.0)
-    assert torch.equal(dual, mask_drops("verl_vanilla", t, lmu, lpi, adv, mask))
+    assert torch.equal(dual, mask_drops("verl_vanilla", t, logp_behavior, logp_train, adv, mask))
     t3 = Thresholds(clip_ratio_c=3.0)
-    assert torch.equal(dual, mask_drops("ppo_clip", t3, lmu, lpi, adv, mask))
+    assert torch.equal(dual, mask_drops("ppo_clip", t3, logp_behavior, logp_train, adv, mask))
     # verl cannot switch dual-clip off (it asserts c > 1): a c above every ratio is "off"
-    plain = verl_zero_grad(core_algos.compute_policy_loss_vanilla, lmu, lpi, adv, mask,
+    plain = verl_zero_grad(core_algos.compute_policy_loss_vanilla, logp_behavior, logp_train, adv, mask,
                            clip_ratio=0.2, clip_ratio_c=1e12)
-    assert torch.equal(plain, mask_drops("ppo_clip", t, lmu, lpi, adv, mask))
+    assert torch.equal(plain, mask_drops("ppo_clip", t, logp_behavior, logp_train, adv, mask))
     # the difference is not vacuous: dual-clip drops Â < 0, r > 3 tokens ppo_clip keeps
     assert int((dual & ~plain).sum()) > 0
-    higher = verl_zero_grad(core_algos.compute_policy_loss_vanilla, lmu, lpi, adv, mask,
+    higher = verl_zero_grad(core_algos.compute_policy_loss_vanilla, logp_behavior, logp_train, adv, mask,
                             clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28,
                             clip_ratio_c=1e12)
-    assert torch.equal(higher, mask_drops("clip_higher", t, lmu, lpi, adv, mask))
+    assert torch.equal(higher, mask_drops("clip_higher", t, logp_behavior, logp_train, adv, mask))
     assert 0 < int(plain.sum()) < plain.numel()
 
 
 @pytest.mark.parametrize("family", ["kl", "tv"])
 def test_verl_dppo_binary(family: str) -> None:
-    lmu, lpi, adv, mask = batch(3, spread=1.0)
+    logp_behavior, logp_train, adv, mask = batch(3, spread=1.0)
     fn = getattr(core_algos, f"compute_policy_loss_dppo_{family}")
     for delta in (0.05, 0.15):
-        verl = verl_zero_grad(fn, lmu, lpi, adv, mask, clip_ratio=delta,
+        verl = verl_zero_grad(fn, logp_behavior, logp_train, adv, mask, clip_ratio=delta,
                               clip_ratio_low=delta, clip_ratio_high=delta)
         ours = mask_drops(f"dppo_binary_{family}", Thresholds(**{f"delta_{family}": delta}),
-                          lmu, lpi, adv, mask)
+                          logp_behavior, logp_train, adv, mask)
         assert torch.equal(verl, ours)
         assert 0 < int(ours.sum()) < ours.numel()
 
@@ -116,12 +116,12 @@ def test_verl_dppo_binary(family: str) -> None:
 def test_verl_gspo_sequence_ratio_band() -> None:
     # GSPO's band is 3e-4 / 4e-4 wide: a per-sequence offset of ~1e-3 in mean log r puts
     # some sequences inside and some outside
-    lmu, lpi, adv, mask = batch(4, spread=1e-3, seq_spread=1e-3)
+    logp_behavior, logp_train, adv, mask = batch(4, spread=1e-3, seq_spread=1e-3)
     t = Thresholds()
-    verl = verl_zero_grad(core_algos.compute_policy_loss_gspo, lmu, lpi, adv, mask,
+    verl = verl_zero_grad(core_algos.compute_policy_loss_gspo, logp_behavior, logp_train, adv, mask,
                           clip_ratio=0.2, clip_ratio_low=t.gspo_eps_low,
                           clip_ratio_high=t.gspo_eps_high)
-    ours = mask_drops("gspo", t, lmu, lpi, adv, mask)
+    ours = mask_drops("gspo", t, logp_behavior, logp_train, adv, mask)
     assert torch.equal(verl, ours)
     assert 0 < int(ours.sum()) < ours.numel()
 
@@ -129,14 +129,14 @@ def test_verl_gspo_sequence_ratio_band() -> None:
 def test_verl_cispo_weight_is_the_clipped_ratio() -> None:
     # verl's CISPO loss −sg(clip(r))·Â·log π / N has d/d log π = −clip(r)·Â/N; the
     # surrogate −w·r·Â/N has d/d log π = −w·r·Â/N, so w·r must equal clip(r)
-    lmu, lpi, adv, mask = batch(5)
-    lp = lpi.clone().requires_grad_(True)
+    logp_behavior, logp_train, adv, mask = batch(5)
+    lp = logp_train.clone().requires_grad_(True)
     config = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1,
                          clip_ratio=0.2)
-    loss, _ = core_algos.compute_policy_loss_cispo(lmu, lp, adv, mask.double(),
+    loss, _ = core_algos.compute_policy_loss_cispo(logp_behavior, lp, adv, mask.double(),
                                                    "token-mean", config)
     loss.backward()
-    s, seqs, sel = stats_of(lmu, lpi, adv, mask)
+    s, seqs, sel = stats_of(logp_behavior, logp_train, adv, mask)
     w = build_masks(["cispo"], Thresholds())["cispo"].weight(s, seqs)
     n = int(mask.sum())
     ours = -w * s.ratio * s.advantage / n
@@ -162,7 +162,7 @@ def test_every_rollout_rs_option_is_registered() -> None:
 def test_verl_rollout_rejection_mask(option: str) -> None:
     name, field = RS_OPTIONS[option]
     for spread, value in ((0.05, None), (0.3, 1.5), (0.3, 0.2)):
-        lmu, lpi, adv, mask = batch(6, spread=spread, seq_spread=spread / 4)
+        logp_behavior, logp_train, adv, mask = batch(6, spread=spread, seq_spread=spread / 4)
         t = Thresholds() if value is None else Thresholds(**{field: value})
         if option.endswith("k1") and getattr(t, field) <= 1:
             continue  # a k1 option's C is a ratio bound > 1
@@ -170,9 +170,9 @@ def test_verl_rollout_rejection_mask(option: str) -> None:
         if option == "seq_mean_k1":  # two bounds of its own: verl's "lower_upper"
             t = replace(t, rs_seq_mean_k1_low=1 / t.rs_seq_mean_k1_high)
             spec = f"{t.rs_seq_mean_k1_low!r}_{t.rs_seq_mean_k1_high!r}"
-        kept, _ = rc.compute_rollout_rejection_mask(lpi - lmu, mask.double(), option, spec)
+        kept, _ = rc.compute_rollout_rejection_mask(logp_train - logp_behavior, mask.double(), option, spec)
         verl_drops = (kept == 0).reshape(-1)[mask.reshape(-1)]
-        assert torch.equal(verl_drops, mask_drops(name, t, lmu, lpi, adv, mask)), (option, t)
+        assert torch.equal(verl_drops, mask_drops(name, t, logp_behavior, logp_train, adv, mask)), (option, t)
 
 
 @pytest.mark.parametrize("name,level,spec", [
@@ -182,11 +182,11 @@ def test_verl_rollout_rejection_mask(option: str) -> None:
 def test_verl_rollout_correction_weights(name: str, level: str, spec) -> None:
     # verl's weight multiplies the per-token loss of an on-policy step (r_old = 1), so its
     # gradient is weight·Â·∇log π: the surrogate's w·r (IcePop: a 0/1 mask, w·r = r·keep)
-    lmu, lpi, adv, mask = batch(7, spread=0.4, seq_spread=0.1)
+    logp_behavior, logp_train, adv, mask = batch(7, spread=0.4, seq_spread=0.1)
     t = Thresholds()
-    weights, _ = rc.compute_rollout_correction_weights(lpi - lmu, mask.double(), level,
+    weights, _ = rc.compute_rollout_correction_weights(logp_train - logp_behavior, mask.double(), level,
                                                        spec(t))
-    s, seqs, sel = stats_of(lmu, lpi, adv, mask)
+    s, seqs, sel = stats_of(logp_behavior, logp_train, adv, mask)
     w = build_masks([name], t)[name].weight(s, seqs)
     # exp and the clamp or band: a few float64 roundings (sequence: a sum of T ≤ 16 log
     # ratios first, 16 ulps of the sum's exp)
@@ -241,12 +241,12 @@ def test_trl_off_policy_sequence_mask() -> None:
     # keep a response iff Â >= 0 or its mean log(µ/π) over the completion <= δ
     trl = pytest.importorskip("trl",
                               reason="trl is not installed: pip install -e '.[integrations]'")
-    lmu, lpi, _, mask = batch(8, spread=0.3, seq_spread=0.3)
+    logp_behavior, logp_train, _, mask = batch(8, spread=0.3, seq_spread=0.3)
     adv = torch.randn(B, 1, generator=torch.Generator().manual_seed(8), dtype=F64)
     for delta in (0.05, 0.5):
-        keep = trl.GRPOTrainer.get_off_policy_mask(adv, lpi, lmu, mask.double(), delta)
+        keep = trl.GRPOTrainer.get_off_policy_mask(adv, logp_train, logp_behavior, mask.double(), delta)
         verl_like = (keep == 0).expand(B, T).reshape(-1)[mask.reshape(-1)]
-        ours = mask_drops("dsv32_offpolicy", Thresholds(dsv32_delta=delta), lmu, lpi,
+        ours = mask_drops("dsv32_offpolicy", Thresholds(dsv32_delta=delta), logp_behavior, logp_train,
                           adv.expand(B, T), mask)
         assert torch.equal(verl_like, ours)
         assert 0 < int(ours.sum()) < ours.numel()
@@ -256,20 +256,20 @@ def test_dsv32_offpolicy_sequence_mask_hand_worked() -> None:
     # DeepSeek-V3.2 §3.1: drop a sequence with Â < 0 whose mean log(µ/π) > δ = 0.1.
     # seq 0: log r = (−0.3, −0.1): mean k1 = 0.2 > 0.1 -> dropped where Â < 0 only
     # seq 1: log r = (−0.1, 0.0):  mean k1 = 0.05      -> kept
-    lmu = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=F64))
-    lpi = lmu + torch.tensor([[-0.3, -0.1], [-0.1, 0.0]], dtype=F64)
+    logp_behavior = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=F64))
+    logp_train = logp_behavior + torch.tensor([[-0.3, -0.1], [-0.1, 0.0]], dtype=F64)
     adv = torch.tensor([[-1.0, 1.0], [-1.0, -1.0]], dtype=F64)
-    s, seqs, _ = stats_of_small(lmu, lpi, adv)
+    s, seqs, _ = stats_of_small(logp_behavior, logp_train, adv)
     mask = build_masks(["dsv32_offpolicy"], Thresholds(dsv32_delta=0.1))["dsv32_offpolicy"]
     keep = mask.keep(s, seqs)
     assert keep.tolist() == [False, True, True, True]
 
 
-def stats_of_small(lmu, lpi, adv):
-    b, t = lmu.shape
+def stats_of_small(logp_behavior, logp_train, adv):
+    b, t = logp_behavior.shape
     support = build_support(torch.zeros(b * t, dtype=torch.long),
                             torch.zeros(b * t, 0, dtype=torch.long))
-    s = token_stats(reduce_pair(support, lmu.reshape(-1, 1), lpi.reshape(-1, 1)),
+    s = token_stats(reduce_pair(support, logp_behavior.reshape(-1, 1), logp_train.reshape(-1, 1)),
                     adv.reshape(-1), 100)
     rows = torch.arange(b)[:, None].expand(b, t).reshape(-1)
     return s, Segments(rows, torch.ones(b * t, dtype=torch.bool)), None
@@ -306,14 +306,14 @@ def test_pdm_replay_masks_cli_decisions_equal_verls_zero_gradient_tokens(tmp_pat
         x[r, c] = torch.tensor(tok[col].to_numpy(), dtype=F64)
         return x
 
-    lmu, lpi = padded("logp_behavior", -1.0), padded("logp_train", -1.0)
+    logp_behavior, logp_train = padded("logp_behavior", -1.0), padded("logp_train", -1.0)
     adv = padded("advantage", 0.0)
     mask = torch.zeros(shape, dtype=torch.bool)
     mask[r, c] = True
     grad_tokens = adv[mask] != 0  # Â = 0 has no gradient anywhere: kept by every mask
 
     def verl(fn, **cfg):
-        return verl_zero_grad(fn, lmu, lpi, adv, mask, **cfg)[grad_tokens]
+        return verl_zero_grad(fn, logp_behavior, logp_train, adv, mask, **cfg)[grad_tokens]
 
     def ours(name):
         # tokens are (sample_id, pos)-sorted, as mask[...] flattens row-major

@@ -31,14 +31,14 @@ F64 = torch.float64
 ULP = 2.0 ** -52
 
 
-def stats_2d(lmu: torch.Tensor, lpi: torch.Tensor, adv: torch.Tensor,
+def stats_2d(logp_behavior: torch.Tensor, logp_train: torch.Tensor, adv: torch.Tensor,
              mask: torch.Tensor | None = None) -> tuple[TokenStats, Segments, torch.Tensor]:
     """Binary-support TokenStats of the (B, T) tokens where ``mask``, one response a row."""
-    b, t = lmu.shape
+    b, t = logp_behavior.shape
     sel = torch.ones(b, t, dtype=torch.bool) if mask is None else mask
     n = int(sel.sum())
     support = build_support(torch.zeros(n, dtype=torch.long), torch.zeros(n, 0, dtype=torch.long))
-    s = token_stats(reduce_pair(support, lmu[sel][:, None], lpi[sel][:, None]),
+    s = token_stats(reduce_pair(support, logp_behavior[sel][:, None], logp_train[sel][:, None]),
                     adv.expand(b, t)[sel], 1000)
     rows = torch.arange(b)[:, None].expand(b, t)[sel]
     return s, Segments(rows, torch.ones(n, dtype=torch.bool)), sel
@@ -47,8 +47,8 @@ def stats_2d(lmu: torch.Tensor, lpi: torch.Tensor, adv: torch.Tensor,
 def ratios_case(ratios: list[list[float]], adv: list[float], mu: float = 0.1):
     """Responses of the given token ratios r = π_k/µ_k at µ_k = ``mu``, Â per response."""
     lr = torch.log(torch.tensor(ratios, dtype=F64))
-    lmu = torch.full_like(lr, math.log(mu))
-    return stats_2d(lmu, lmu + lr, torch.tensor(adv, dtype=F64)[:, None])
+    logp_behavior = torch.full_like(lr, math.log(mu))
+    return stats_2d(logp_behavior, logp_behavior + lr, torch.tensor(adv, dtype=F64)[:, None])
 
 
 def weight_times_ratio(name: str, t: Thresholds, s: TokenStats, seqs: Segments) -> torch.Tensor:
@@ -58,12 +58,12 @@ def weight_times_ratio(name: str, t: Thresholds, s: TokenStats, seqs: Segments) 
 def random_batch(seed: int, b: int = 16, t: int = 12, spread: float = 1.0):
     """(B, T) log µ_k, log π_k (π_k < 1), one Â per response, a padded mask."""
     g = torch.Generator().manual_seed(seed)
-    lmu = torch.log(torch.rand(b, t, generator=g, dtype=F64) * 0.88 + 0.02)
-    lpi = torch.minimum(lmu + spread * torch.randn(b, t, generator=g, dtype=F64),
-                        torch.full_like(lmu, -1e-3))
+    logp_behavior = torch.log(torch.rand(b, t, generator=g, dtype=F64) * 0.88 + 0.02)
+    logp_train = torch.minimum(logp_behavior + spread * torch.randn(b, t, generator=g, dtype=F64),
+                        torch.full_like(logp_behavior, -1e-3))
     adv = torch.randn(b, 1, generator=g, dtype=F64)
     mask = torch.arange(t)[None, :] < torch.randint(3, t + 1, (b,), generator=g)[:, None]
-    return lmu, lpi, adv, mask
+    return logp_behavior, logp_train, adv, mask
 
 
 # ------------------------------------------------------------ item 4: verl decoupled_geo_rs
@@ -90,8 +90,8 @@ def test_rs_seq_mean_k1_is_verls_decoupled_geo_rs_preset_at_both_edges() -> None
     kept, _ = rc.compute_rollout_rejection_mask(lr, mask, preset.rollout_rs,
                                                 preset.rollout_rs_threshold)
     assert (kept[:, 0] == 1).tolist() == expect_kept
-    lmu = torch.full_like(lr, math.log(0.3))
-    s, seqs, _ = stats_2d(lmu, lmu + lr, torch.ones(len(means), 1, dtype=F64))
+    logp_behavior = torch.full_like(lr, math.log(0.3))
+    s, seqs, _ = stats_2d(logp_behavior, logp_behavior + lr, torch.ones(len(means), 1, dtype=F64))
     ours = build_masks(["rs_seq_mean_k1"], t)["rs_seq_mean_k1"].keep(s, seqs)
     assert torch.equal(ours, (kept == 1).reshape(-1))
 
@@ -99,12 +99,12 @@ def test_rs_seq_mean_k1_is_verls_decoupled_geo_rs_preset_at_both_edges() -> None
 # ---------------------------------------------------------------------------- TRL 1.16
 
 
-def trl_loss_grad(loss_type: str, lmu, lpi, adv, mask, eps_high: float) -> torch.Tensor:
+def trl_loss_grad(loss_type: str, logp_behavior, logp_train, adv, mask, eps_high: float) -> torch.Tensor:
     """d loss / d log π of TRL's ``GRPOTrainer._compute_loss`` on a stand-in trainer whose
-    forward returns ``lpi`` and whose old log-probs are µ's (what our r = π/µ means)."""
+    forward returns ``logp_train`` and whose old log-probs are µ's (what our r = π/µ means)."""
     trl = pytest.importorskip("trl", reason="trl is not installed")
-    b, t = lpi.shape
-    lp = lpi.clone().requires_grad_(True)
+    b, t = logp_train.shape
+    lp = logp_train.clone().requires_grad_(True)
     acc = types.SimpleNamespace(num_processes=1, gather=lambda x: x, reduce=lambda x, **k: x)
     fake = types.SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (lp, torch.zeros(b, t, dtype=F64),
@@ -121,16 +121,16 @@ def trl_loss_grad(loss_type: str, lmu, lpi, adv, mask, eps_high: float) -> torch
     inputs = dict(prompt_ids=torch.zeros(b, 1, dtype=torch.long),
                   prompt_mask=torch.ones(b, 1, dtype=torch.long),
                   completion_ids=torch.zeros(b, t, dtype=torch.long),
-                  completion_mask=mask.long(), advantages=adv[:, 0], old_per_token_logps=lmu,
+                  completion_mask=mask.long(), advantages=adv[:, 0], old_per_token_logps=logp_behavior,
                   num_items_in_batch=mask.sum().double())
     trl.GRPOTrainer._compute_loss(fake, None, inputs).backward()
     return lp.grad
 
 
 def test_trl_cispo_is_one_sided_and_matches_trls_loss() -> None:
-    lmu, lpi, adv, mask = random_batch(11, spread=1.5)
-    grad = trl_loss_grad("cispo", lmu, lpi, adv, mask, Thresholds().trl_cispo_cap)
-    s, seqs, sel = stats_2d(lmu, lpi, adv, mask)
+    logp_behavior, logp_train, adv, mask = random_batch(11, spread=1.5)
+    grad = trl_loss_grad("cispo", logp_behavior, logp_train, adv, mask, Thresholds().trl_cispo_cap)
+    s, seqs, sel = stats_2d(logp_behavior, logp_train, adv, mask)
     wr = weight_times_ratio("trl_cispo", Thresholds(), s, seqs)
     ours = -wr * s.advantage / int(mask.sum())
     # TRL's −sg(min(r, 5))·Â·log π / N and our −w·r·Â / N: a few float64 roundings, 8 ulps
@@ -158,19 +158,19 @@ def assert_per_sequence_mean_of(grad, wr, s, sel, mask, eps: float) -> None:
 
 @pytest.mark.parametrize("producer", ["verl", "trl"])
 def test_sapo_gate_weight_matches_the_producers(producer: str) -> None:
-    lmu, lpi, adv, mask = random_batch(12, spread=0.8)
+    logp_behavior, logp_train, adv, mask = random_batch(12, spread=0.8)
     if producer == "trl":
-        grad = trl_loss_grad("sapo", lmu, lpi, adv, mask, 0.28)
+        grad = trl_loss_grad("sapo", logp_behavior, logp_train, adv, mask, 0.28)
     else:
         core = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl not installed")
         from verl.workers.config.actor import ActorConfig
-        lp = lpi.clone().requires_grad_(True)
+        lp = logp_train.clone().requires_grad_(True)
         cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1)
-        loss, _ = core.compute_policy_loss_sapo(lmu, lp, adv.expand_as(lmu), mask.double(),
+        loss, _ = core.compute_policy_loss_sapo(logp_behavior, lp, adv.expand_as(logp_behavior), mask.double(),
                                                 "seq-mean-token-mean", cfg)
         loss.backward()
         grad = lp.grad
-    s, seqs, sel = stats_2d(lmu, lpi, adv, mask)
+    s, seqs, sel = stats_2d(logp_behavior, logp_train, adv, mask)
     t = Thresholds()
     if producer == "trl":
         # TRL's torch.where(Â > 0, 1.0, 1.05) on Python floats makes a float32 τ tensor:
@@ -184,17 +184,17 @@ def test_sapo_gate_weight_matches_the_producers(producer: str) -> None:
 def test_gmpo_weight_matches_verls_geo_mean_loss() -> None:
     core = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl not installed")
     from verl.workers.config.actor import ActorConfig
-    lmu, lpi, adv, mask = random_batch(13, spread=0.5)
+    logp_behavior, logp_train, adv, mask = random_batch(13, spread=0.5)
     t = Thresholds()
-    lp = lpi.clone().requires_grad_(True)
+    lp = logp_train.clone().requires_grad_(True)
     cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1,
                       clip_ratio=0.2, clip_ratio_low=t.gmpo_eps_low, clip_ratio_high=t.gmpo_eps_high)
-    loss, _ = core.compute_policy_loss_geo_mean(lmu, lp, adv.expand_as(lmu), mask.double(),
+    loss, _ = core.compute_policy_loss_geo_mean(logp_behavior, lp, adv.expand_as(logp_behavior), mask.double(),
                                                 "token-mean", cfg)
     loss.backward()
-    s, seqs, sel = stats_2d(lmu, lpi, adv, mask)
+    s, seqs, sel = stats_2d(logp_behavior, logp_train, adv, mask)
     wr = weight_times_ratio("gmpo", t, s, seqs)
-    b = lmu.shape[0]
+    b = logp_behavior.shape[0]
     lengths = mask.sum(-1, keepdim=True).double().expand_as(mask)[sel]
     # verl: d/d log π_t = −Â·R·[not clipped] / ((L + 1e-8)·B); its R divides the sum by
     # L + 1e-8 where we divide by L: relative 1e-8·|mean log r|/L < 1e-8

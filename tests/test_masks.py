@@ -62,13 +62,13 @@ def token_batches(draw: st.DrawFn) -> TokenStats:
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     z_mu = torch.randn(rows, n, generator=g, dtype=F64) * draw(st.floats(0.1, 4.0))
     z_pi = z_mu + torch.randn(rows, n, generator=g, dtype=F64) * draw(st.floats(0.0, 3.0))
-    lmu, lpi = torch.log_softmax(z_mu, -1), torch.log_softmax(z_pi, -1)
-    k = torch.multinomial(lmu.exp(), 1, generator=g)[:, 0]
+    logp_behavior, logp_train = torch.log_softmax(z_mu, -1), torch.log_softmax(z_pi, -1)
+    k = torch.multinomial(logp_behavior.exp(), 1, generator=g)[:, 0]
     kk = draw(st.integers(0, n))
-    topk = torch.topk(lmu, kk, dim=-1).indices if kk else torch.zeros(rows, 0, dtype=torch.long)
+    topk = torch.topk(logp_behavior, kk, dim=-1).indices if kk else torch.zeros(rows, 0, dtype=torch.long)
     s = build_support(k, topk)
     ids = s.ids.clamp(min=0)
-    pair = reduce_pair(s, lmu.gather(1, ids), lpi.gather(1, ids))
+    pair = reduce_pair(s, logp_behavior.gather(1, ids), logp_train.gather(1, ids))
     adv = draw(st.lists(st.sampled_from([-2.0, -0.3, 0.0, 0.0, 0.5, 1.7]), min_size=rows,
                         max_size=rows))
     return token_stats(pair, torch.tensor(adv, dtype=F64), n)
@@ -137,13 +137,13 @@ def test_contract_is_not_vacuous_every_mask_masks_at_zero_threshold() -> None:
     # µ/π mismatch and thresholds at 0 every mask but `none` removes some tokens.
     g = torch.Generator().manual_seed(0)
     z_mu = torch.randn(400, 12, generator=g, dtype=F64) * 2
-    lmu = torch.log_softmax(z_mu, -1)
-    lpi = torch.log_softmax(z_mu + torch.randn(400, 12, generator=g, dtype=F64) * 2, -1)
-    k = torch.multinomial(lmu.exp(), 1, generator=g)[:, 0]
-    s = build_support(k, torch.topk(lmu, 3, dim=-1).indices)
+    logp_behavior = torch.log_softmax(z_mu, -1)
+    logp_train = torch.log_softmax(z_mu + torch.randn(400, 12, generator=g, dtype=F64) * 2, -1)
+    k = torch.multinomial(logp_behavior.exp(), 1, generator=g)[:, 0]
+    s = build_support(k, torch.topk(logp_behavior, 3, dim=-1).indices)
     ids = s.ids.clamp(min=0)
     adv = torch.where(torch.arange(400) % 2 == 0, 1.0, -1.0).double()
-    stats = token_stats(reduce_pair(s, lmu.gather(1, ids), lpi.gather(1, ids)), adv, 12)
+    stats = token_stats(reduce_pair(s, logp_behavior.gather(1, ids), logp_train.gather(1, ids)), adv, 12)
     seqs = own_sequences(stats)
     loose = apply_masks(build_masks(None, scaled(1000.0)), stats, seqs)
     tight = apply_masks(build_masks(None, scaled(0.0)), stats, seqs)

@@ -67,10 +67,10 @@ class KLWeights:
         return head + torch.where(w_tail != 0, w_tail * a_tail, torch.zeros_like(a_tail))
 
 
-def kl_topk_weights(mu: Reduced, logp_pi_s: Tensor, log_pi_tail: Tensor) -> KLWeights:
+def kl_topk_weights(mu: Reduced, logp_train_s: Tensor, log_pi_tail: Tensor) -> KLWeights:
     """The first-order functional of ``kl_topk`` at π (log π at S ``(N, M)``, ``-inf`` at
     invalid slots, and log π_tail ``(N,)``), µ from the log (``mu.p`` 0 at invalid slots)."""
-    live_s = logp_pi_s.double() > LOG_FLOOR  # floored log: flat, derivative 0
+    live_s = logp_train_s.double() > LOG_FLOOR  # floored log: flat, derivative 0
     live_tail = log_pi_tail.double() > LOG_FLOOR
     w_s = torch.where(live_s, -mu.p.double(), torch.zeros_like(mu.p, dtype=torch.float64))
     w_tail = torch.where(live_tail, -mu.tail.double(),

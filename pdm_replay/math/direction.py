@@ -83,14 +83,14 @@ def dkl_from_sums(pi_k: Tensor, mu_k: Tensor, sum_pi2: Tensor, sum_pi_mu: Tensor
     return (pi_k - mu_k) - (sum_pi2 - sum_pi_mu)
 
 
-def dkl_exact(logp_mu: Tensor, logp_pi: Tensor, token_id: Tensor) -> Tensor:
+def dkl_exact(logp_behavior: Tensor, logp_train: Tensor, token_id: Tensor) -> Tensor:
     """Exact Ḋ_kl from full-vocabulary log-probs ``(N, V)`` and sampled ids ``(N,)``."""
-    mu, pi = torch.exp(logp_mu.double()), torch.exp(logp_pi.double())
+    mu, pi = torch.exp(logp_behavior.double()), torch.exp(logp_train.double())
     idx = token_id.long()[:, None]
     pi_k, mu_k = pi.gather(1, idx)[:, 0], mu.gather(1, idx)[:, 0]
     is_k = torch.zeros_like(pi, dtype=torch.bool).scatter_(1, idx, True)
     others = (pi * (pi - mu)).masked_fill(is_k, 0.0).sum(-1)  # as in dkl_head
-    return (pi_k - mu_k) * _one_minus_pi_k(logp_pi.double().gather(1, idx)[:, 0]) - others
+    return (pi_k - mu_k) * _one_minus_pi_k(logp_train.double().gather(1, idx)[:, 0]) - others
 
 
 def _tv_slope(sigma_k: Tensor, pi_k: Tensor, q_k: Tensor, s2: Tensor) -> tuple[Tensor, Tensor]:

@@ -61,14 +61,14 @@ def token_stats(pair: Pair, advantage: Tensor, vocab_size: int,
     :func:`~pdm_replay.math.certificates.unseen_cap`; None: only µ_tail bounds them).
     """
     pair = as_sums(pair)  # every criterion below runs on (N,) tensors
-    lmu, lpi = pair.mu.logp_k, pair.pi.logp_k
+    logp_behavior, logp_train = pair.mu.logp_k, pair.pi.logp_k
     lo, hi = dkl_interval(pair, vocab_size, cap)
     return TokenStats(
-        advantage=advantage.double(), logp_behavior=lmu, logp_train=lpi,
-        ratio=torch.exp(lpi - lmu), support_size=pair.m,
+        advantage=advantage.double(), logp_behavior=logp_behavior, logp_train=logp_train,
+        ratio=torch.exp(logp_train - logp_behavior), support_size=pair.m,
         mu_tail=pair.mu.tail, pi_tail=pair.pi.tail,
         kl_topk=dv.kl_topk(pair), tv_topk=dv.tv_topk(pair),
-        kl_binary=dv.kl_binary(lmu, lpi), tv_binary=dv.tv_binary(lmu, lpi),
+        kl_binary=dv.kl_binary(logp_behavior, logp_train), tv_binary=dv.tv_binary(logp_behavior, logp_train),
         dkl_local=dr.dkl_local(pair), dkl_agg=dr.dkl_agg(pair),
         dkl_uniform=dr.dkl_uniform(pair, vocab_size), dtv_agg=dr.dtv_agg(pair),
         dtv_uniform=dr.dtv_uniform(pair, vocab_size), dkl_lo=lo, dkl_hi=hi,

@@ -215,11 +215,11 @@ def reduce_logged_pair(support: Support, mu: tuple[Tensor, Tensor], pi: tuple[Te
     return ReducedPair(support, red.take(slice(0, n)), red.take(slice(n, 2 * n)))
 
 
-def reduce_pair(support: Support, logp_mu_s: Tensor, logp_pi_s: Tensor) -> ReducedPair:
+def reduce_pair(support: Support, logp_behavior_s: Tensor, logp_train_s: Tensor) -> ReducedPair:
     """Pair the reduced µ and π given their log-probs on ``support`` (both ``(N, M)``)."""
     def mask(lp):
         return lp.double().masked_fill(support.invalid, -math.inf)
-    return ReducedPair(support, reduce_logprobs(mask(logp_mu_s)), reduce_logprobs(mask(logp_pi_s)))
+    return ReducedPair(support, reduce_logprobs(mask(logp_behavior_s)), reduce_logprobs(mask(logp_train_s)))
 
 
 def floored_log(logp: Tensor) -> Tensor:

@@ -56,7 +56,7 @@ def behavior_gaps(pre: PreUpdate) -> dict[str, np.ndarray]:
     """Reloaded vs logged µ ``(N,)``: ``behavior_logp_gap`` (signed, at k) and
     ``behavior_logp_gap_max`` (largest absolute gap over the valid slots of S)."""
     exact, logged = pre.pi.exact, pre.mu.logp  # (N, M) each, -inf at invalid slots
-    gap = (exact.logp_mu_s - logged).abs().masked_fill(~pre.support.valid, 0.0)
+    gap = (exact.logp_behavior_s - logged).abs().masked_fill(~pre.support.valid, 0.0)
     return {"behavior_logp_gap": (exact.logp_mu_k - pre.mu.logp_k).numpy(),
             "behavior_logp_gap_max": gap.amax(-1).numpy()}
 

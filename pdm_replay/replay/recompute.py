@@ -50,13 +50,13 @@ class ExactStats:
     """Full-vocabulary quantities that need the behavior policy's logits (float64)."""
 
     kl_exact: Tensor  # (N,)
-    logp_mu_s: Tensor  # (N, M) reloaded log µ at S, -inf where the support slot is invalid
+    logp_behavior_s: Tensor  # (N, M) reloaded log µ at S, -inf where the support slot is invalid
     sum_pi_mu: Tensor  # (N,)
 
     @property
     def logp_mu_k(self) -> Tensor:
         """Reloaded log µ(k) ``(N,)`` (column 0 of S is k)."""
-        return self.logp_mu_s[:, 0]
+        return self.logp_behavior_s[:, 0]
 
     def map(self, fn: Callable[[Tensor], Tensor]) -> "ExactStats":
         """Every field through ``fn`` (e.g. a device move)."""
@@ -129,11 +129,11 @@ def _support_chunk(z: Tensor, ids: Tensor, valid: Tensor) -> SupportStats:
 
 
 def _exact_rows(z: Tensor, z_mu: Tensor, ids: Tensor, valid: Tensor) -> ExactStats:
-    lpi = torch.log_softmax(z.double(), -1)
-    lmu = torch.log_softmax(z_mu.double(), -1)
-    return ExactStats(kl_exact=dv.kl_exact(lmu, lpi),
-                      logp_mu_s=lmu.gather(1, ids).masked_fill(~valid, -math.inf),
-                      sum_pi_mu=torch.exp(torch.logsumexp(lpi + lmu, -1)))
+    logp_train = torch.log_softmax(z.double(), -1)
+    logp_behavior = torch.log_softmax(z_mu.double(), -1)
+    return ExactStats(kl_exact=dv.kl_exact(logp_behavior, logp_train),
+                      logp_behavior_s=logp_behavior.gather(1, ids).masked_fill(~valid, -math.inf),
+                      sum_pi_mu=torch.exp(torch.logsumexp(logp_train + logp_behavior, -1)))
 
 
 def _exact_chunk(z: Tensor, z_mu: Tensor, ids: Tensor, valid: Tensor) -> ExactStats:

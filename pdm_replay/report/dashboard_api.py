@@ -349,7 +349,7 @@ def support_distribution(db: ReportDB, seed: int | None, sample_id: str, pos: in
         return pl.DataFrame(schema=SUPPORT_SCHEMA)
     row = tok.row(0, named=True)
     ids = row["support_ids"]
-    dists = [("µ", row["support_logp_mu"], row["mu_tail"]),
+    dists = [("µ", row["support_logp_behavior"], row["mu_tail"]),
              ("π_pre", row["support_logp_pre"], row["pi_tail"])]
     post = db.named("token_support_post", key, sql_file=QUERIES)
     for mask, logp in post.iter_rows():

@@ -47,7 +47,7 @@ ORDER BY update_mask;
 -- name: token_support
 -- µ and π_pre over the support S (lists in support order, first = k) and both tails;
 -- the lists are null for runs written before they existed.
-SELECT support_ids, support_logp_mu, support_logp_pre, mu_tail, pi_tail FROM tokens
+SELECT support_ids, support_logp_behavior, support_logp_pre, mu_tail, pi_tail FROM tokens
 WHERE seed IS NOT DISTINCT FROM $seed AND sample_id = $sample_id AND pos = $pos
 LIMIT 1;
 

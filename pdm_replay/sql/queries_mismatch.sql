@@ -8,7 +8,7 @@
 SELECT DISTINCT step FROM tokens WHERE step IS NOT NULL ORDER BY step;
 
 -- name: mismatch_step_tokens
-SELECT * EXCLUDE (seed, support_ids, support_logp_mu, support_logp_pre)
+SELECT * EXCLUDE (seed, support_ids, support_logp_behavior, support_logp_pre)
 FROM tokens
 WHERE step = $step
 QUALIFY row_number() OVER (PARTITION BY sample_id, pos ORDER BY seed NULLS FIRST) = 1

@@ -77,9 +77,9 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
     n_tok, t = count * cfg.response_len, cfg.response_len
     z_mu = torch.randn(n_tok, cfg.vocab_size, generator=gen, dtype=torch.float64) * cfg.peak
     z_pi = z_mu + torch.randn(z_mu.shape, generator=gen, dtype=torch.float64) * cfg.mismatch
-    lmu, lpi = torch.log_softmax(z_mu, -1).float(), torch.log_softmax(z_pi, -1).float()
-    k_ids = torch.multinomial(lmu.double().exp(), 1, generator=gen)[:, 0]
-    top = _topk(lmu, k_ids, cfg)  # (N, K')
+    logp_behavior, logp_train = torch.log_softmax(z_mu, -1).float(), torch.log_softmax(z_pi, -1).float()
+    k_ids = torch.multinomial(logp_behavior.double().exp(), 1, generator=gen)[:, 0]
+    top = _topk(logp_behavior, k_ids, cfg)  # (N, K')
     valid, safe = top >= 0, top.clamp(min=0)
     ids_flat = top[valid].numpy().astype(np.int32)
     lens = valid.sum(-1).numpy().astype(np.int32)
@@ -93,10 +93,10 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
         "group_id": pa.array([f"g{g:06d}" for g in groups]),
         "response_ids": _lists(k_ids.numpy().astype(np.int32), count, t, pa.int32()),
         "advantages": _lists(np.repeat(adv.numpy(), t), count, t, pa.float32()),
-        "behavior_logprobs": _lists(lmu.gather(1, k_ids[:, None])[:, 0].numpy(), count, t,
+        "behavior_logprobs": _lists(logp_behavior.gather(1, k_ids[:, None])[:, 0].numpy(), count, t,
                                     pa.float32()),
         "topk_ids": nested(torch.from_numpy(ids_flat), pa.int32()),
-        "topk_logprobs": nested(lmu.gather(1, safe)[valid], pa.float32()),
+        "topk_logprobs": nested(logp_behavior.gather(1, safe)[valid], pa.float32()),
         "reward": pa.array(rewards.numpy(), type=pa.float32()),
     }
     if cfg.with_prompt:
@@ -104,9 +104,9 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
         cols["prompt_ids"] = _lists(prompt.numpy().astype(np.int32), count, cfg.prompt_len,
                                     pa.int32())
     if cfg.with_train:
-        cols["train_logprobs"] = _lists(lpi.gather(1, k_ids[:, None])[:, 0].numpy(), count,
+        cols["train_logprobs"] = _lists(logp_train.gather(1, k_ids[:, None])[:, 0].numpy(), count,
                                         t, pa.float32())
-        cols["train_topk_logprobs"] = nested(lpi.gather(1, safe)[valid], pa.float32())
+        cols["train_topk_logprobs"] = nested(logp_train.gather(1, safe)[valid], pa.float32())
     schema = rollout_schema(cfg.meta())
     return pa.table({f.name: cols.get(f.name, pa.nulls(count, f.type)) for f in schema},
                     schema=schema)

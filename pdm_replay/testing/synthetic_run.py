@@ -58,12 +58,12 @@ def _flat_tokens(rng: np.random.Generator, seed: int, first: int, n: int,
                      p=[0.45, 0.1, 0.45])[sample - sample[0]]
     z_mu = rng.normal(0.0, 1.5, (n, top_k + 1))
     z_pi = z_mu + rng.gamma(0.5, 0.5, (n, 1)) * rng.normal(0.0, 1.0, (n, top_k + 1))
-    lmu = z_mu - np.logaddexp.reduce(z_mu, axis=1, keepdims=True)
-    lpi = z_pi - np.logaddexp.reduce(z_pi, axis=1, keepdims=True)
-    k = np.argmax(lmu[:, :top_k] + rng.gumbel(size=(n, top_k)), axis=1)  # k ~ µ on top-K
+    logp_behavior = z_mu - np.logaddexp.reduce(z_mu, axis=1, keepdims=True)
+    logp_train = z_pi - np.logaddexp.reduce(z_pi, axis=1, keepdims=True)
+    k = np.argmax(logp_behavior[:, :top_k] + rng.gumbel(size=(n, top_k)), axis=1)  # k ~ µ on top-K
     ids = rng.integers(0, vocab_size - top_k, (n, 1)) + np.arange(top_k)
     rows = np.arange(n)
-    topk_mu = lmu[:, :top_k].copy()
+    topk_mu = logp_behavior[:, :top_k].copy()
     topk_mu[rng.random(n) < 1e-4] += np.log(1.3)  # a few logs whose top-K mass exceeds 1
     names = np.array([f"s{seed}-{i}" for i in range(int(sample[0]), int(sample[-1]) + 1)],
                      dtype=object)
@@ -71,7 +71,7 @@ def _flat_tokens(rng: np.random.Generator, seed: int, first: int, n: int,
                       row=sample - sample[0], pos=(idx % tokens_per_sample).astype(np.int32),
                       token_id=ids[rows, k], advantage=adv, logp_behavior=topk_mu[rows, k],
                       loss_mask=np.ones(n, bool), topk_ids=ids, topk_logprobs=topk_mu,
-                      train_logprobs=lpi[rows, k], train_topk_logprobs=lpi[:, :top_k])
+                      train_logprobs=logp_train[rows, k], train_topk_logprobs=logp_train[:, :top_k])
 
 
 def _support_lists(flat: FlatTokens) -> dict[str, pa.Array]:

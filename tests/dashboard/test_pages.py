@@ -236,7 +236,7 @@ def test_disagreements_detail_falls_back_without_support_lists(app_for, run_dir:
                                                                tmp_path: Path) -> None:
     old = tmp_path / "old_run"
     shutil.copytree(run_dir, old)
-    for kind, drop in (("tokens", ["support_ids", "support_logp_mu", "support_logp_pre"]),
+    for kind, drop in (("tokens", ["support_ids", "support_logp_behavior", "support_logp_pre"]),
                        ("updates", ["support_logp_post"])):
         for f in (old / kind).rglob("*.parquet"):
             pq.write_table(pq.read_table(f).drop_columns(drop), f)

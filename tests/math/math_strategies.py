@@ -23,13 +23,13 @@ class Batch:
     n: int
     k: Tensor  # (N,)
     topk: Tensor  # (N, W), -1 padded
-    lmu: Tensor  # (N, n)
-    lpi: Tensor  # (N, n)
+    logp_behavior: Tensor  # (N, n)
+    logp_train: Tensor  # (N, n)
 
     def pair(self) -> ReducedPair:
         s = build_support(self.k, self.topk)
         ids = s.ids.clamp(min=0)
-        return reduce_pair(s, self.lmu.gather(1, ids), self.lpi.gather(1, ids))
+        return reduce_pair(s, self.logp_behavior.gather(1, ids), self.logp_train.gather(1, ids))
 
     def support_list(self, i: int) -> list[int]:
         """S of token i with k first, from the raw ids (not from build_support)."""

@@ -14,16 +14,16 @@ from pdm_replay.math.support import build_support, gather_support_logprobs, redu
 F64 = torch.float64
 
 
-def _logged(logp_mu: torch.Tensor, logp_pi: torch.Tensor, k: int, top_k: int, conv: str):
+def _logged(logp_behavior: torch.Tensor, logp_train: torch.Tensor, k: int, top_k: int, conv: str):
     """What an engine logs for one token: top-K ids under ``conv``, µ and π at them."""
-    top = torch.topk(logp_mu, top_k).indices
+    top = torch.topk(logp_behavior, top_k).indices
     if conv == "plus_sampled":
         ids = top if (top == k).any() else torch.cat([top, torch.tensor([k])])
     else:
         ids = top.clone()
         if not (top == k).any():
             ids[-1] = k
-    return ids[None], logp_mu[ids][None], logp_pi[ids][None]
+    return ids[None], logp_behavior[ids][None], logp_train[ids][None]
 
 
 @settings(max_examples=300, deadline=None)
@@ -32,23 +32,23 @@ def _logged(logp_mu: torch.Tensor, logp_pi: torch.Tensor, k: int, top_k: int, co
 def test_exact_derivative_lies_in_interval(n, top_k, seed, peak, conv) -> None:
     g = torch.Generator().manual_seed(seed)
     top_k = min(top_k, n - 1)
-    lmu = torch.log_softmax(torch.randn(n, generator=g, dtype=F64) * peak, -1)
-    lpi = torch.log_softmax(lmu + torch.randn(n, generator=g, dtype=F64), -1)
-    k = int(torch.multinomial(lmu.exp(), 1, generator=g))
-    ids, tmu, tpi = _logged(lmu, lpi, k, top_k, conv)
+    logp_behavior = torch.log_softmax(torch.randn(n, generator=g, dtype=F64) * peak, -1)
+    logp_train = torch.log_softmax(logp_behavior + torch.randn(n, generator=g, dtype=F64), -1)
+    k = int(torch.multinomial(logp_behavior.exp(), 1, generator=g))
+    ids, tmu, tpi = _logged(logp_behavior, logp_train, k, top_k, conv)
     kt = torch.tensor([k])
     support = build_support(kt, ids)
-    pair = reduce_pair(support, gather_support_logprobs(support, lmu[kt], tmu),
-                       gather_support_logprobs(support, lpi[kt], tpi))
+    pair = reduce_pair(support, gather_support_logprobs(support, logp_behavior[kt], tmu),
+                       gather_support_logprobs(support, logp_train[kt], tpi))
     cap = unseen_cap(tmu, genuine_topk(ids, kt, top_k, conv))
     lo, hi = dkl_interval(pair, n, cap)
-    exact = dkl_exact(lmu[None], lpi[None], kt)
+    exact = dkl_exact(logp_behavior[None], logp_train[None], kt)
     assert lo.item() - 1e-12 <= exact.item() <= hi.item() + 1e-12
     # the cap really bounds every unseen µ_j
     unseen = torch.ones(n, dtype=torch.bool)
     unseen[support.ids[0][support.valid[0]]] = False
     if unseen.any():
-        assert lmu[unseen].exp().max() <= cap.item() + 1e-15
+        assert logp_behavior[unseen].exp().max() <= cap.item() + 1e-15
 
 
 def test_genuine_slots_per_convention() -> None:

@@ -63,7 +63,7 @@ def reduced_atoms(b: Batch, i: int, uniform: bool) -> tuple[Tensor, Tensor]:
     s = b.support_list(i)
     unseen = [j for j in range(b.n) if j not in s]
     out = []
-    for lp in (b.lmu[i], b.lpi[i]):
+    for lp in (b.logp_behavior[i], b.logp_train[i]):
         p = torch.exp(lp)
         tail = p[unseen].sum() if unseen else torch.zeros((), dtype=F64)
         if uniform:
@@ -84,10 +84,10 @@ def assert_fd(value: float, expect: float) -> None:
 @FD
 @given(batches())
 def test_exact_directions_match_full_vocabulary_fd(b: Batch) -> None:
-    dkl = dr.dkl_exact(b.lmu, b.lpi, b.k)
-    dtv = oracles.dtv_exact(b.lmu, b.lpi, b.k)
+    dkl = dr.dkl_exact(b.logp_behavior, b.logp_train, b.k)
+    dtv = oracles.dtv_exact(b.logp_behavior, b.logp_train, b.k)
     for i in range(b.k.shape[0]):
-        mu, pi, k = b.lmu[i].exp(), b.lpi[i].exp(), int(b.k[i])
+        mu, pi, k = b.logp_behavior[i].exp(), b.logp_train[i].exp(), int(b.k[i])
         assert_fd(dkl[i].item(), fd(kl, mu, pi, k))
         if away_from_kinks(mu, pi):
             assert_fd(dtv[i].item(), fd(tv, mu, pi, k))
@@ -98,7 +98,7 @@ def test_exact_directions_match_full_vocabulary_fd(b: Batch) -> None:
 def test_dkl_from_sums_with_lse_identities_matches_fd(b: Batch, c_mu: float, c_pi: float) -> None:
     # SPEC §7 chunked form from unnormalised logits z_µ = log µ + c_µ, z = log π + c_π:
     # Σπ² = exp(LSE(2z) − 2·LSE(z)), Σπµ = exp(LSE(z + z_µ) − LSE(z) − LSE(z_µ)).
-    z_mu, z = b.lmu + c_mu, b.lpi + c_pi
+    z_mu, z = b.logp_behavior + c_mu, b.logp_train + c_pi
     lse, lse_mu = torch.logsumexp(z, -1), torch.logsumexp(z_mu, -1)
     sum_pi2 = torch.exp(torch.logsumexp(2 * z, -1) - 2 * lse)
     sum_pi_mu = torch.exp(torch.logsumexp(z + z_mu, -1) - lse - lse_mu)
@@ -106,9 +106,9 @@ def test_dkl_from_sums_with_lse_identities_matches_fd(b: Batch, c_mu: float, c_p
     pi_k = torch.exp(z.gather(1, idx)[:, 0] - lse)
     mu_k = torch.exp(z_mu.gather(1, idx)[:, 0] - lse_mu)
     got = dr.dkl_from_sums(pi_k, mu_k, sum_pi2, sum_pi_mu)
-    torch.testing.assert_close(got, dr.dkl_exact(b.lmu, b.lpi, b.k), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got, dr.dkl_exact(b.logp_behavior, b.logp_train, b.k), rtol=1e-9, atol=1e-12)
     for i in range(b.k.shape[0]):
-        assert_fd(got[i].item(), fd(kl, b.lmu[i].exp(), b.lpi[i].exp(), int(b.k[i])))
+        assert_fd(got[i].item(), fd(kl, b.logp_behavior[i].exp(), b.logp_train[i].exp(), int(b.k[i])))
 
 
 @FD
@@ -135,12 +135,12 @@ def test_uniform_directions_match_explicit_uniform_tail_fd(b: Batch) -> None:
         assert mu.shape == (b.n,)
         assert_fd(dkl[i].item(), fd(kl, mu, pi, 0))
         # and the closed form on that explicit distribution is the exact Ḋ
-        lmu, lpi = torch.log(mu)[None], torch.log(pi)[None]
+        logp_behavior, logp_train = torch.log(mu)[None], torch.log(pi)[None]
         k0 = torch.tensor([0])
-        assert dkl[i].item() == pytest.approx(dr.dkl_exact(lmu, lpi, k0).item(), abs=1e-12)
+        assert dkl[i].item() == pytest.approx(dr.dkl_exact(logp_behavior, logp_train, k0).item(), abs=1e-12)
         if away_from_kinks(mu, pi):
             assert_fd(dtv[i].item(), fd(tv, mu, pi, 0))
-            assert dtv[i].item() == pytest.approx(oracles.dtv_exact(lmu, lpi, k0).item(), abs=1e-12)
+            assert dtv[i].item() == pytest.approx(oracles.dtv_exact(logp_behavior, logp_train, k0).item(), abs=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -148,8 +148,8 @@ def test_uniform_directions_match_explicit_uniform_tail_fd(b: Batch) -> None:
 def test_whole_vocabulary_support_all_estimators_equal_exact(b: Batch) -> None:
     pair = b.pair()
     assert (pair.m == b.n).all()
-    exact_kl = dr.dkl_exact(b.lmu, b.lpi, b.k)
-    exact_tv = oracles.dtv_exact(b.lmu, b.lpi, b.k)
+    exact_kl = dr.dkl_exact(b.logp_behavior, b.logp_train, b.k)
+    exact_tv = oracles.dtv_exact(b.logp_behavior, b.logp_train, b.k)
     for got in (dr.dkl_agg(pair), dr.dkl_uniform(pair, b.n)):
         torch.testing.assert_close(got, exact_kl, rtol=1e-10, atol=1e-12)
     for got in (dr.dtv_agg(pair), dr.dtv_uniform(pair, b.n)):
@@ -278,17 +278,17 @@ def test_peaked_pi_slopes_match_high_precision_spec(log10_q: float, m_other: int
     q = 10.0 ** log10_q
     share = torch.rand(m_other + 1, dtype=F64, generator=g) + 0.1  # S∖{k} and the tail
     share = share / share.sum() * q
-    lpi = torch.cat([torch.tensor([math.log1p(-q)], dtype=F64), share[:-1].log()])
+    logp_train = torch.cat([torch.tensor([math.log1p(-q)], dtype=F64), share[:-1].log()])
     # µ keeps clear of π on every atom so σ is the same in float64 and in decimals
     mu_o = share[:-1] * torch.where(torch.rand(m_other, generator=g) < 0.5, 0.5, 2.0)
-    lmu = torch.cat([torch.tensor([math.log(mu_k)], dtype=F64), mu_o.log()])
+    logp_behavior = torch.cat([torch.tensor([math.log(mu_k)], dtype=F64), mu_o.log()])
     m, n = m_other + 1, m_other + 2 + extra_unseen
     pair = reduce_pair(build_support(torch.tensor([0]), torch.arange(1, m)[None]),
-                       lmu[None], lpi[None])
+                       logp_behavior[None], logp_train[None])
     with localcontext() as ctx:
         ctx.prec = 60
-        pi = [Decimal(x).exp() for x in lpi.tolist()]
-        mu = [Decimal(x).exp() for x in lmu.tolist()]
+        pi = [Decimal(x).exp() for x in logp_train.tolist()]
+        mu = [Decimal(x).exp() for x in logp_behavior.tolist()]
         pi_t, mu_t = 1 - sum(pi), 1 - sum(mu)
         u = n - m
         agg = spec_slopes(pi + [pi_t], mu + [mu_t])
@@ -299,8 +299,8 @@ def test_peaked_pi_slopes_match_high_precision_spec(log10_q: float, m_other: int
         for value, expect in zip(got[name], ref):
             assert value.item() == pytest.approx(expect, rel=1e-9, abs=0.0), name
     # exact forms on the explicit uniform-tail vocabulary, from its float64 log-probs
-    full_pi = torch.cat([lpi, (pair.pi.log_tail - math.log(u)).expand(u)])[None]
-    full_mu = torch.cat([lmu, (pair.mu.log_tail - math.log(u)).expand(u)])[None]
+    full_pi = torch.cat([logp_train, (pair.pi.log_tail - math.log(u)).expand(u)])[None]
+    full_mu = torch.cat([logp_behavior, (pair.mu.log_tail - math.log(u)).expand(u)])[None]
     with localcontext() as ctx:
         ctx.prec = 60
         ex = spec_slopes([Decimal(x).exp() for x in full_pi[0].tolist()],
@@ -319,9 +319,9 @@ def test_peaked_pi_tv_slope_regression() -> None:
     #      = ½[1.52 − 0.36 + 0.16 − 0.2·(v̄/q)]q² = ½[1.32 − 0.2]q² = 0.56q² = 5.6e-19
     # (the textbook form returned 2.8e-19 here and flipped signs in other such cases)
     q = 1e-9
-    lpi = torch.tensor([[math.log1p(-q), math.log(0.6 * q)]], dtype=F64)
-    lmu = torch.tensor([[math.log(0.5), math.log(0.3 * q)]], dtype=F64)
-    pair = reduce_pair(build_support(torch.tensor([0]), torch.tensor([[1]])), lmu, lpi)
+    logp_train = torch.tensor([[math.log1p(-q), math.log(0.6 * q)]], dtype=F64)
+    logp_behavior = torch.tensor([[math.log(0.5), math.log(0.3 * q)]], dtype=F64)
+    pair = reduce_pair(build_support(torch.tensor([0]), torch.tensor([[1]])), logp_behavior, logp_train)
     assert dr.dtv_agg(pair).item() == pytest.approx(0.56 * q * q, rel=1e-6, abs=0.0)
     # KL: (p − µ_k)·q − π_j(π_j − µ_j) − π_t(π_t − µ_t), p − µ_k = 0.5 − q, µ_t = 0.5 − 0.3q
     #   = (0.5 − q)q − 0.6q·0.3q − 0.4q·(0.4q − 0.5 + 0.3q)

@@ -54,14 +54,14 @@ def test_tv_topk_hand_worked() -> None:
 def test_kl_binary_hand_worked() -> None:
     # µ_k = 0.5, π_k = 0.4: 0.5·ln(0.5/0.4) + 0.5·ln(0.5/0.6)
     # = 0.5·0.2231436 + 0.5·(−0.1823216) = 0.1115718 − 0.0911608 = 0.0204110
-    lmu, lpi = lg((0.5,))[:, 0], lg((0.4,))[:, 0]
-    assert dv.kl_binary(lmu, lpi).item() == pytest.approx(0.0204109973, abs=1e-10)
+    logp_behavior, logp_train = lg((0.5,))[:, 0], lg((0.4,))[:, 0]
+    assert dv.kl_binary(logp_behavior, logp_train).item() == pytest.approx(0.0204109973, abs=1e-10)
 
 
 def test_tv_binary_hand_worked() -> None:
     # |0.5 − 0.4| = 0.1 (the two atoms {k, rest} each differ by 0.1; ½·0.2)
-    lmu, lpi = lg((0.5,), (0.25,))[:, 0], lg((0.4,), (0.75,))[:, 0]
-    torch.testing.assert_close(dv.tv_binary(lmu, lpi), torch.tensor([0.1, 0.5], dtype=F64))
+    logp_behavior, logp_train = lg((0.5,), (0.25,))[:, 0], lg((0.4,), (0.75,))[:, 0]
+    torch.testing.assert_close(dv.tv_binary(logp_behavior, logp_train), torch.tensor([0.1, 0.5], dtype=F64))
 
 
 def test_kl_exact_hand_worked() -> None:
@@ -94,8 +94,8 @@ def test_topk_sits_between_binary_and_exact(b: Batch) -> None:
     # vocabulary, so binary <= top-K <= exact for KL and for TV.
     pair = b.pair()
     lmu_k, lpi_k = pair.mu.logp_k, pair.pi.logp_k
-    kb, kt, ke = dv.kl_binary(lmu_k, lpi_k), dv.kl_topk(pair), dv.kl_exact(b.lmu, b.lpi)
-    tb, tt, te = dv.tv_binary(lmu_k, lpi_k), dv.tv_topk(pair), oracles.tv_exact(b.lmu, b.lpi)
+    kb, kt, ke = dv.kl_binary(lmu_k, lpi_k), dv.kl_topk(pair), dv.kl_exact(b.logp_behavior, b.logp_train)
+    tb, tt, te = dv.tv_binary(lmu_k, lpi_k), dv.tv_topk(pair), oracles.tv_exact(b.logp_behavior, b.logp_train)
     # The tail comes from a float64 sum over S, so it is exact to ~n ulp of 1 absolute; a
     # tail term µ_t·ln(µ_t/π_t) then carries a relative error ~n·2e-16/π_t.
     tail_err = 4e-16 * b.n * pair.mu.tail / pair.pi.tail.clamp(min=1e-12)
@@ -110,8 +110,8 @@ def test_topk_sits_between_binary_and_exact(b: Batch) -> None:
 def test_whole_vocabulary_support_gives_exact_values(b: Batch) -> None:
     pair = b.pair()
     assert (pair.m == b.n).all()
-    torch.testing.assert_close(dv.kl_topk(pair), dv.kl_exact(b.lmu, b.lpi), rtol=1e-12, atol=1e-13)
-    torch.testing.assert_close(dv.tv_topk(pair), oracles.tv_exact(b.lmu, b.lpi), rtol=1e-12,
+    torch.testing.assert_close(dv.kl_topk(pair), dv.kl_exact(b.logp_behavior, b.logp_train), rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(dv.tv_topk(pair), oracles.tv_exact(b.logp_behavior, b.logp_train), rtol=1e-12,
                                atol=1e-13)
 
 
@@ -147,24 +147,24 @@ def test_uniform_tail_model_gives_the_topk_value(b: Batch) -> None:
 @given(st.lists(st.tuples(st.floats(-40.0, 0.0), st.floats(-40.0, 0.0)), min_size=1,
                 max_size=8))
 def test_binary_divergences_are_finite_nonnegative_and_bounded(lps: list) -> None:
-    lmu, lpi = torch.tensor(lps, dtype=F64).T
-    kl, tv = dv.kl_binary(lmu, lpi), dv.tv_binary(lmu, lpi)
+    logp_behavior, logp_train = torch.tensor(lps, dtype=F64).T
+    kl, tv = dv.kl_binary(logp_behavior, logp_train), dv.tv_binary(logp_behavior, logp_train)
     assert torch.isfinite(kl).all() and (kl >= -1e-12).all()
     assert ((tv >= 0) & (tv <= 1)).all()
     # symmetric in the labelling of the two atoms: KL(µ‖π) over {k, rest} is the same
     # computed from the complementary probabilities (1−µ_k, 1−π_k); the test's own
     # log(1 − p) round trip loses ~1e-16/min(p, 1−p) relative, so keep p in [1e-4, 1−1e-4]
     inner = lambda lp: (lp > math.log(1e-4)) & (lp < math.log1p(-1e-4))  # noqa: E731
-    rest_ok = inner(lmu) & inner(lpi)
-    swapped = dv.kl_binary(torch.log(-torch.expm1(lmu)), torch.log(-torch.expm1(lpi)))
+    rest_ok = inner(logp_behavior) & inner(logp_train)
+    swapped = dv.kl_binary(torch.log(-torch.expm1(logp_behavior)), torch.log(-torch.expm1(logp_train)))
     torch.testing.assert_close(swapped[rest_ok], kl[rest_ok], rtol=1e-9, atol=1e-12)
 
 
 def test_zero_probability_terms_do_not_produce_nan() -> None:
     # µ_j = 0 exactly (−inf log) contributes 0·log 0 = 0; π_j = 0 with µ_j > 0 is floored
     # at 1e-12: 0.5·(ln 0.5 − ln 1e-12) + 0.5·ln(0.5/1) = 0.5·(−0.6931 + 27.6310) − 0.3466.
-    lmu = torch.tensor([[math.log(0.5), math.log(0.5), -math.inf]], dtype=F64)
-    lpi = torch.tensor([[-math.inf, 0.0, -math.inf]], dtype=F64)
+    logp_behavior = torch.tensor([[math.log(0.5), math.log(0.5), -math.inf]], dtype=F64)
+    logp_train = torch.tensor([[-math.inf, 0.0, -math.inf]], dtype=F64)
     expect = 0.5 * (math.log(0.5) - math.log(1e-12)) + 0.5 * math.log(0.5)
-    assert dv.kl_exact(lmu, lpi).item() == pytest.approx(expect, rel=1e-14, abs=0.0)
-    assert oracles.tv_exact(lmu, lpi).item() == pytest.approx(0.5, rel=1e-14, abs=0.0)
+    assert dv.kl_exact(logp_behavior, logp_train).item() == pytest.approx(expect, rel=1e-14, abs=0.0)
+    assert oracles.tv_exact(logp_behavior, logp_train).item() == pytest.approx(0.5, rel=1e-14, abs=0.0)

@@ -24,12 +24,12 @@ FLOOR = math.log(1e-12)
 def rowwise(pair: ReducedPair, i: int) -> dict[str, float]:
     """The sums of token ``i`` by a Python loop over its valid slots (k is slot 0)."""
     mu, pi = pair.mu.p[i].tolist(), pair.pi.p[i].tolist()
-    lmu, lpi = pair.mu.logp[i].tolist(), pair.pi.logp[i].tolist()
+    logp_behavior, logp_train = pair.mu.logp[i].tolist(), pair.pi.logp[i].tolist()
     live = [j for j, v in enumerate(pair.support.valid[i].tolist()) if v]
     others = [j for j in live if j != 0]
     sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
     return {
-        "kl_head": sum(mu[j] * (max(lmu[j], FLOOR) - max(lpi[j], FLOOR)) for j in live),
+        "kl_head": sum(mu[j] * (max(logp_behavior[j], FLOOR) - max(logp_train[j], FLOOR)) for j in live),
         "tv_head": sum(abs(pi[j] - mu[j]) for j in live),
         "pi_diff_others": sum(pi[j] * (pi[j] - mu[j]) for j in others),
         "pi_sq_others": sum(pi[j] ** 2 for j in others),
@@ -59,8 +59,8 @@ def test_chunked_sums_equal_the_whole_batch(b: Batch, chunk: int) -> None:
     parts = []
     for s in range(0, len(b.k), chunk):
         rows = slice(s, s + chunk)
-        parts.append(pair_sums(Batch(b.n, b.k[rows], b.topk[rows], b.lmu[rows],
-                                     b.lpi[rows]).pair()))
+        parts.append(pair_sums(Batch(b.n, b.k[rows], b.topk[rows], b.logp_behavior[rows],
+                                     b.logp_train[rows]).pair()))
     joined = PairSums.cat(parts)
     for name in ("kl_head", "tv_head", "pi_diff_others", "pi_sq_others", "sigma_pi_others",
                  "sigma_pi_sq_others", "m", "sigma_k"):
@@ -76,7 +76,7 @@ def test_chunked_sums_equal_the_whole_batch(b: Batch, chunk: int) -> None:
 def test_criteria_take_the_pair_or_its_sums_alike(b: Batch) -> None:
     pair = b.pair()
     sums = pair_sums(pair)
-    assert as_sums(pair) is pair.sums and as_sums(sums) is sums
+    assert as_sums(pair) is as_sums(pair) and as_sums(sums) is sums  # computed once per pair
     for f in (dv.kl_topk, dv.tv_topk, dr.dkl_local, dr.dkl_agg, dr.dtv_agg):
         assert torch.equal(f(pair), f(sums)), f.__name__
     for f in (dr.dkl_uniform, dr.dtv_uniform):

@@ -137,10 +137,10 @@ def test_both_topk_conventions_give_the_same_support(n: int, data: st.DataObject
     assert a == b == set(order[:kk - 1]) | {k}
 
     z = torch.randn(2, n, dtype=F64, generator=torch.Generator().manual_seed(n))
-    lmu, lpi = torch.log_softmax(z[0], -1), torch.log_softmax(z[1], -1)
+    logp_behavior, logp_train = torch.log_softmax(z[0], -1), torch.log_softmax(z[1], -1)
     s = build_support(ids, topk)
     g = s.ids.clamp(min=0)
-    pair = reduce_pair(s, lmu[g], lpi[g])
+    pair = reduce_pair(s, logp_behavior[g], logp_train[g])
     for stat in (dv.kl_topk(pair), dv.tv_topk(pair), dr.dkl_agg(pair), dr.dtv_agg(pair),
                  dr.dkl_uniform(pair, n), dr.dtv_uniform(pair, n), pair.mu.tail):
         torch.testing.assert_close(stat[0], stat[1], rtol=1e-12, atol=1e-15)
@@ -278,9 +278,9 @@ def test_support_far_below_float64_range_gives_full_tail_not_nan() -> None:
 def overflow_pair(mu_mass: float) -> tuple:
     """S = {k, j, l} (µ scaled to ``mu_mass``), π a proper distribution with tail 0.1."""
     s = build_support(torch.tensor([0]), torch.tensor([[1, 2]]))
-    lmu = torch.log(t64(0.5, 0.3, 0.2) * mu_mass)[None]
-    lpi = torch.log(t64(0.4, 0.3, 0.2))[None]
-    return s, reduce_pair(s, lmu, lpi)
+    logp_behavior = torch.log(t64(0.5, 0.3, 0.2) * mu_mass)[None]
+    logp_train = torch.log(t64(0.4, 0.3, 0.2))[None]
+    return s, reduce_pair(s, logp_behavior, logp_train)
 
 
 @pytest.mark.parametrize("mass", [1.3, 1.0 + 2e-4, 1.0 + 1e-9])

@@ -103,8 +103,8 @@ def test_actual_rows_equal_an_independent_forward_of_the_next_checkpoint(
                                                   abs=2 * FORWARD_ATOL)
         assert r["delta_kl_topk"] == pytest.approx(r["kl_topk_post"] - tok["kl_topk"][i],
                                                    abs=1e-12)
-        lmu = plain_logprobs(mu_model, row["prompt_ids"], row["response_ids"])[r["pos"]]
-        assert r["kl_exact_post"] == pytest.approx(float(dv.kl_exact(lmu[None], lp[None])[0]),
+        logp_behavior = plain_logprobs(mu_model, row["prompt_ids"], row["response_ids"])[r["pos"]]
+        assert r["kl_exact_post"] == pytest.approx(float(dv.kl_exact(logp_behavior[None], lp[None])[0]),
                                                    abs=2 * FORWARD_ATOL)
         assert r["delta_kl_self"] is None and r["delta_kl_cross"] is None
     assert actual_run.manifest["updates"] == ["actual", "none"]
@@ -174,12 +174,12 @@ def test_behavior_fidelity_gaps(actual_run, replay_log, behavior_dir):
     for sid, pos, gap, worst in zip(tok["sample_id"], tok["pos"], tok["behavior_logp_gap"],
                                     tok["behavior_logp_gap_max"]):
         row = rows[sid]
-        lmu = plain_logprobs(mu_model, row["prompt_ids"], row["response_ids"])[pos]
-        want = float(lmu[row["response_ids"][pos]]) - row["behavior_logprobs"][pos]
+        logp_behavior = plain_logprobs(mu_model, row["prompt_ids"], row["response_ids"])[pos]
+        want = float(logp_behavior[row["response_ids"][pos]]) - row["behavior_logprobs"][pos]
         assert gap == pytest.approx(want, abs=FORWARD_ATOL)
-        pair_, ids = logged_pair(row, pos, lmu)
+        pair_, ids = logged_pair(row, pos, logp_behavior)
         valid = pair_.support.valid[0]
-        want_max = (lmu[ids] - pair_.mu.logp[0]).abs()[valid].max()
+        want_max = (logp_behavior[ids] - pair_.mu.logp[0]).abs()[valid].max()
         assert worst == pytest.approx(float(want_max), abs=FORWARD_ATOL)
         assert worst >= abs(gap) - 1e-12
         gaps.append(abs(gap))

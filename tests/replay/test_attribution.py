@@ -65,10 +65,10 @@ def test_kl_weights_give_the_directional_derivative(n, v, k, seed, mu_scale):
     dz = torch.randn(n, v, generator=g, dtype=F64)
     support = build_support(torch.randint(0, v, (n,), generator=g),
                             torch.randint(-1, v, (n, k), generator=g))
-    lmu = torch.log_softmax(torch.randn(n, v, generator=g, dtype=F64) * mu_scale, -1)
+    logp_behavior = torch.log_softmax(torch.randn(n, v, generator=g, dtype=F64) * mu_scale, -1)
     ids = torch.where(support.valid, support.ids, support.ids[:, :1])
-    mu = reduce_logprobs(gather_support_logprobs(support, lmu.gather(1, ids[:, :1])[:, 0],
-                                                 lmu.gather(1, ids[:, 1:])))
+    mu = reduce_logprobs(gather_support_logprobs(support, logp_behavior.gather(1, ids[:, :1])[:, 0],
+                                                 logp_behavior.gather(1, ids[:, 1:])))
     _, lp_s, log_tail = _kl_of_logits(z, support, mu)
     w = kl_topk_weights(mu, lp_s, log_tail)
     h = 1e-6

@@ -139,11 +139,11 @@ def test_exact_stats_and_dkl_exact_finite_difference(policy, behavior, batch):
     got = forward_stats(policy, batches, support, PassConfig(chunk_tokens=5), behavior,
                         behavior_hidden(behavior, batches))
     z = model_logits(policy, sb).double()
-    lmu = torch.log_softmax(model_logits(behavior, sb).double(), -1)
+    logp_behavior = torch.log_softmax(model_logits(behavior, sb).double(), -1)
     k = support.ids[:, 0]
     pi = torch.softmax(z, -1)
     v = torch.nn.functional.one_hot(k, z.shape[1]).double() - pi
-    kl = lambda eta: kl_exact(lmu, torch.log_softmax(z + eta * v, -1))  # noqa: E731
+    kl = lambda eta: kl_exact(logp_behavior, torch.log_softmax(z + eta * v, -1))  # noqa: E731
     eta = 1e-4
     fd = (kl(eta) - kl(-eta)) / (2 * eta)
     assert torch.allclose(got.dkl_exact(), fd, atol=1e-6, rtol=1e-4)

@@ -101,7 +101,7 @@ def test_support_lists_match_scalar_columns(exact_run, replay_log):
     tables = read_run(exact_run.run_dir, 1)
     tok, upd = tables["tokens"][0], tables["updates"][0]
     ids, mu, pre = (tok[c].to_pylist() for c in
-                    ("support_ids", "support_logp_mu", "support_logp_pre"))
+                    ("support_ids", "support_logp_behavior", "support_logp_pre"))
     assert all(len(i) == len(m) == len(p) == n
                for i, m, p, n in zip(ids, mu, pre, tok["support_size"].to_pylist()))
     assert [i[0] for i in ids] == tok["token_id"].to_pylist()
