@@ -43,8 +43,8 @@ def _parts(stage: Path) -> pa.Table:
 @pytest.fixture
 def two_files(tmp_path: Path) -> Path:
     log = tmp_path / "log"
-    write_synthetic_log(log / "a.parquet", n_samples=24, response_len=20, seed=1)
-    write_synthetic_log(log / "b.parquet", n_samples=16, response_len=33, seed=2)
+    write_synthetic_log(log / "a.parquet", n_samples=24, response_len=20, rng_seed=1)
+    write_synthetic_log(log / "b.parquet", n_samples=16, response_len=33, rng_seed=2)
     # distinct sample ids across the files, as a real log has
     t = pq.read_table(log / "b.parquet")
     ids = pc.binary_join_element_wise("b-", t.column("sample_id"), "")

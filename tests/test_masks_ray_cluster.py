@@ -83,7 +83,7 @@ def test_sample_equals_local(cluster, tmp_path: Path) -> None:
 def _log(d: Path, files: int, n_samples: int, response_len: int) -> Path:
     for i in range(files):
         f = write_synthetic_log(d / f"part-{i:03d}.parquet", n_samples=n_samples,
-                                response_len=response_len, seed=i, vocab_size=200,
+                                response_len=response_len, rng_seed=i, vocab_size=200,
                                 chunk_samples=2)  # bounds the generator's (n, T, V) logits
         t = pq.read_table(f)  # ids unique across files, as in a real log
         ids = pc.binary_join_element_wise(f"f{i}-", t.column("sample_id"), "")

@@ -14,7 +14,7 @@ from pdm_replay.cli.common import console, err_console, fail, progress_bar
 from pdm_replay.ingest.formats import FORMATS
 
 if TYPE_CHECKING:
-    from pdm_replay.ingest import IngestSummary
+    from pdm_replay.commands.ingest import IngestSummary
 
 FormatName = Enum("FormatName", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 
@@ -103,7 +103,8 @@ def ingest_command(
     streaming and atomically (nothing is left under OUT unless the run succeeds).
     """
     options = {k: v.value if isinstance(v, Enum) else v for k, v in locals().items()}
-    from pdm_replay.ingest import IngestConfig, IngestError, ingest  # the driver: on run
+    from pdm_replay.commands.ingest import IngestConfig, ingest  # torch: on run
+    from pdm_replay.ingest import IngestError
     cfg = IngestConfig(**{**options, "inputs": tuple(inputs)})  # fields named as the options
     start = time.perf_counter()
     try:

@@ -82,7 +82,7 @@ def report(
     by: ByOpt = None, wide: Wide = False, mask_module: MaskModules = None,
 ) -> None:
     """Headline direction analysis per update basis (`actual`: the trainer's real step,
-    first when present; `own`: each mask's own simulated update; `none`: keep-all) and
+    first when present; `own`: each mask's own simulated update; `none`: every token kept) and
     comparison (ratio vs predictive mask at each δ, a sweep's values side by side):
     out-of-region and disagreement tokens per seed, unsafe and corrective keep rates
     pooled (Σ/Σ) and as per-seed means, wins / losses / ties / empty seeds, sign-test and

@@ -37,12 +37,12 @@ __all__ = ["BEHAVIOR", "CHECKPOINT", "ENTRIES", "LOG_FILE", "OPTIMIZER_FILE", "S
            "SampleConfig", "SampleExists", "SampleResult", "SizePreset", "make_sample"]
 
 @contextmanager
-def deterministic(seed: int) -> Iterator[None]:
+def deterministic(rng_seed: int) -> Iterator[None]:
     """One thread, deterministic kernels, seeded RNG; the previous settings come back after."""
     threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)  # reduction order, hence bits, must not depend on the machine
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(seed)
+    torch.manual_seed(rng_seed)
     try:
         yield
     finally:

@@ -2,7 +2,8 @@
 
 One small module per input format (``openai``, ``vllm``, ``sglang``, ``verl``,
 ``columns``), each a parser yielding rows and rejects; :mod:`.padded` holds the one
-padding rule every format goes through; :mod:`.driver` streams, checks and writes.
+padding rule every format goes through. The command's work (stream, check, write) is
+:mod:`pdm_replay.commands.ingest`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-# Each public name and its module, imported on first use (the driver pulls in the
-# validator and torch; `pdm-replay ingest --help` needs only the format registry).
-_HOME = {"FORMATS": "formats", "IngestConfig": "driver", "IngestError": "parsing",
-         "IngestSummary": "driver", "footer_warnings": "driver", "ingest": "driver"}
+# Each public name and its module, imported on first use (`pdm-replay ingest --help`
+# needs only the format registry).
+_HOME = {"FORMATS": "formats", "IngestError": "parsing"}
 __all__ = sorted(_HOME)
 
 

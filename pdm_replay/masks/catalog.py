@@ -3,7 +3,7 @@
 Each entry declares its proximity criterion, direction, estimator, granularity and weight
 kind (:class:`~pdm_replay.masks.MaskSpec`), the reference implementation it is checked
 against (``source``; the parity tests call those functions where they are installable:
-``tests/test_mask_parity.py``) and which trainer default it reproduces. Parameters are
+``tests/masks/test_mask_parity.py``) and which trainer default it reproduces. Parameters are
 :class:`~pdm_replay.masks.Thresholds` fields; ``thresholds`` lists those a mask reads.
 
 verl sources are verl 0.9's ``verl/trainer/ppo/core_algos.py`` (``VERL_LOSS``) and

@@ -1,5 +1,5 @@
 """The README's mask table, generated from the registry (``python -m pdm_replay.masks.table``
-rewrites it in place; ``tests/test_mask_table.py`` fails when it drifts).
+rewrites it in place; ``tests/masks/test_mask_table.py`` fails when it drifts).
 
 >>> "| `verl_vanilla` |" in mask_table()
 True
@@ -13,7 +13,7 @@ from pathlib import Path
 from pdm_replay.masks import BUILTIN, MASK_SPECS, Thresholds
 
 START, END = "<!-- mask-table:start -->", "<!-- mask-table:end -->"
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _params(fields: tuple[str, ...]) -> str:

@@ -278,7 +278,7 @@ class SqlRefused(InputError):
 
 class SqlFieldRefused(FieldError, SqlRefused):
     """A refused query or output whose message names `pdm-replay sql`'s config fields
-    (``report.produce.SqlConfig``: ``format``, ``out``)."""
+    (``commands.report.SqlConfig``: ``format``, ``out``)."""
 
 
 def read_only_query(sql: str) -> str:

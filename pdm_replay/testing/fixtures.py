@@ -40,7 +40,7 @@ class SyntheticLogConfig:
     mismatch: float = 0.3  # std of the π − µ logit noise
     group_size: int = 8
     convention: str = "plus_sampled"
-    seed: int = 0
+    rng_seed: int = 0
     with_train: bool = True
     with_prompt: bool = True
     prompt_len: int = 4
@@ -133,7 +133,7 @@ def _group_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tens
 
 def iter_synthetic_chunks(cfg: SyntheticLogConfig) -> Iterator[pa.Table]:
     """The log as Arrow tables of at most ``cfg.chunk_samples`` rows each."""
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.rng_seed)
     for first in range(0, cfg.n_samples, cfg.chunk_samples):
         yield _chunk(cfg, first, min(cfg.chunk_samples, cfg.n_samples - first), gen)
 
@@ -151,7 +151,7 @@ def write_synthetic_log(target: Path | str, cfg: SyntheticLogConfig | None = Non
 TINY_VOCAB = 384
 
 
-def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB):  # -> transformers.Qwen3ForCausalLM
+def tiny_qwen3(rng_seed: int, vocab: int = TINY_VOCAB):  # -> transformers.Qwen3ForCausalLM
     """A random 2-layer Qwen3ForCausalLM with hidden size 32 (logits std ~1 via init)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -159,11 +159,11 @@ def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB):  # -> transformers.Qwen3ForC
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       head_dim=8, max_position_embeddings=128, tie_word_embeddings=False,
                       initializer_range=0.2)
-    torch.manual_seed(seed)
+    torch.manual_seed(rng_seed)
     return Qwen3ForCausalLM(cfg).eval()
 
 
-def save_tiny(path: Path, seed: int, vocab: int = TINY_VOCAB) -> Path:
+def save_tiny(path: Path, rng_seed: int, vocab: int = TINY_VOCAB) -> Path:
     """:func:`tiny_qwen3` saved with ``save_pretrained`` (safetensors) at ``path``."""
-    tiny_qwen3(seed, vocab).save_pretrained(path)
+    tiny_qwen3(rng_seed, vocab).save_pretrained(path)
     return path

@@ -22,7 +22,7 @@ from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.schema import RolloutMeta
 
 LOG_CFG = SyntheticLogConfig(n_samples=8, response_len=4, vocab_size=TINY_VOCAB, top_k=6,
-                             prompt_len=3, seed=1)
+                             prompt_len=3, rng_seed=1)
 MAPPING = "[columns]\n" + "".join(f'{c} = "{c}"\n' for c in (
     "sample_id", "step", "prompt_ids", "response_ids", "advantages", "behavior_logprobs",
     "topk_ids", "topk_logprobs"))

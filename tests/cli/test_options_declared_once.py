@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.cli.replay import THRESHOLD_PARAMS
-from pdm_replay.ingest import IngestConfig
+from pdm_replay.commands.ingest import IngestConfig
 from pdm_replay.replay.config import OPTION, ReplayConfig, flag
 from pdm_replay.report.build import ReportConfig
 from pdm_replay.commands.masks import MasksConfig

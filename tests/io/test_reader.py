@@ -43,7 +43,7 @@ def test_ragged_and_padded_topk_give_same_tokens(tmp_path: Path) -> None:
 def test_directory_log_is_read_in_bounded_batches(tmp_path: Path) -> None:
     cfg = SyntheticLogConfig(n_samples=10, response_len=3, vocab_size=30, top_k=4)
     write_synthetic_log(tmp_path / "log" / "part-0.parquet", cfg)
-    write_synthetic_log(tmp_path / "log" / "part-1.parquet", cfg, seed=1)
+    write_synthetic_log(tmp_path / "log" / "part-1.parquet", cfg, rng_seed=1)
     (tmp_path / "log" / ".part-2.parquet.123.tmp").write_bytes(b"half-written")
     assert [p.name for p in list_parquet_files(tmp_path / "log")] == ["part-0.parquet",
                                                                      "part-1.parquet"]

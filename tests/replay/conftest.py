@@ -10,12 +10,12 @@ from replay_helpers import ragged_log, save_tiny
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("ckpt") / "policy", seed=0)
+    return save_tiny(tmp_path_factory.mktemp("ckpt") / "policy", rng_seed=0)
 
 
 @pytest.fixture(scope="session")
 def behavior_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("ckpt") / "behavior", seed=1)
+    return save_tiny(tmp_path_factory.mktemp("ckpt") / "behavior", rng_seed=1)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pdm_replay.schema import PER_TOKEN_COLUMNS
 
 VOCAB = TINY_VOCAB
 LOG_CFG = SyntheticLogConfig(n_samples=16, response_len=6, vocab_size=VOCAB, top_k=6,
-                             prompt_len=5, group_size=4, mismatch=0.5, seed=3)
+                             prompt_len=5, group_size=4, mismatch=0.5, rng_seed=3)
 
 
 def ragged_log(target: Path, cfg: SyntheticLogConfig = LOG_CFG) -> Path:

@@ -80,7 +80,7 @@ def test_remote_code_needs_the_flag(tmp_path, replay_log, model_dir):
 
 
 def test_vocabulary_mismatch(tmp_path, replay_log):
-    ckpt = save_tiny(tmp_path / "bigger", seed=0, vocab=VOCAB + 16)
+    ckpt = save_tiny(tmp_path / "bigger", rng_seed=0, vocab=VOCAB + 16)
     msg = expect_error("vocabulary mismatch", replay_log, ckpt, tmp_path / "run", CheckpointError)
     assert f"vocab_size={VOCAB}" in msg and f"{VOCAB + 16}" in msg
 

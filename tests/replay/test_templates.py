@@ -36,7 +36,7 @@ def steps_log(tmp_path_factory, replay_log) -> Path:
 def ckpts(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("ckpts")
     for step in (1, 2, 3):
-        save_tiny(root / f"step_{step}", seed=10 + step)
+        save_tiny(root / f"step_{step}", rng_seed=10 + step)
     return root
 
 

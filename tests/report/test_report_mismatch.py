@@ -73,7 +73,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict
     three steps, some loss masks off (a prompt-echo prefix, one response masked whole)."""
     tmp = tmp_path_factory.mktemp("synthetic")
     log = write_synthetic_log(tmp / "raw.parquet", SyntheticLogConfig(
-        n_samples=48, response_len=16, vocab_size=60, top_k=5, mismatch=3.0, seed=3))
+        n_samples=48, response_len=16, vocab_size=60, top_k=5, mismatch=3.0, rng_seed=3))
     table = pq.read_table(log)
     rows = table.to_pylist()
     for i, r in enumerate(rows):

@@ -12,7 +12,7 @@ from pdm_replay.cli.app import app
 from pdm_replay.testing.fixtures import write_synthetic_log
 from pdm_replay.masks import MASK_SPECS, load_mask_module, mask_pairs
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "my_masks.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "my_masks.py"
 
 
 def test_example_module_mask_joins_masks_and_its_pair(tmp_path: Path,

@@ -7,7 +7,7 @@ registry pairs the two, and as it declares the family "kl" the pair is a compari
 
 A hand-built run, seed 0, one sample, δ_kl = 0.1, band [0.5, 5.0]; keep columns follow the
 registry's rule (masked iff outside and sign(Â)·slope > 0; ratio slope r − 1, predictive
-slope dkl_agg); ΔD is delta_kl_topk under the keep-all update `none`:
+slope dkl_agg); ΔD is delta_kl_topk under the basis `none` (every token kept):
 
   pos  Â    r    kl    dkl_agg | band: keep ratio / pred | kl_topk > δ: keep ratio / pred | ΔD
   0   +1   6.0  0.05  -0.1     | out: F T (pred-kept)    | in                             | +0.02
