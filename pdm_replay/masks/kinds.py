@@ -2,9 +2,9 @@
 
 :class:`Criterion` is proximity × direction (a region ``low ≤ stat ≤ high`` on a token or
 sequence statistic, and a direction criterion); :class:`ISWeight` is an importance weight
-(TIS, CISPO, MIS); :class:`KeepAll` keeps every token (the ``none`` mask, whose update is the basis ``none``). The math is in
-:mod:`pdm_replay.math.mask_ops`, imported on first use so that the registry's metadata
-imports without torch. Other trainers' masks that are neither (AReaL's M2PO, open-instruct's
+(TIS, CISPO, MIS); :class:`KeepAll` keeps every token (the ``none`` mask, whose update is
+the basis ``none``). The math is in :mod:`pdm_replay.math.mask_ops`, imported on first use
+so that the registry's metadata imports without torch. Other trainers' masks that are neither (AReaL's M2PO, open-instruct's
 VACO, SAPO's gate, GMPO's clip) are kinds of their own at the end, their math in
 :mod:`pdm_replay.math.field_masks`.
 

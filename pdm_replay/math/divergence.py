@@ -6,8 +6,10 @@ Binary KL of µ_k = 0.5 against π_k = 0.25:
 0.5·log(0.5/0.25) + 0.5·log(0.5/0.75) = 0.5·0.693147 − 0.5·0.405465 = 0.143841
 
 >>> import torch
->>> logp_behavior, logp_train = torch.tensor([0.5]).log().double(), torch.tensor([0.25]).log().double()
->>> round(kl_binary(logp_behavior, logp_train).item(), 6), round(tv_binary(logp_behavior, logp_train).item(), 6)
+>>> logp_behavior = torch.tensor([0.5]).log().double()
+>>> logp_train = torch.tensor([0.25]).log().double()
+>>> kl, tv = kl_binary(logp_behavior, logp_train), tv_binary(logp_behavior, logp_train)
+>>> round(kl.item(), 6), round(tv.item(), 6)
 (0.143841, 0.25)
 """
 
@@ -49,4 +51,5 @@ def tv_binary(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
 
 def kl_exact(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
     """Full-vocabulary ``Σ_i µ_i log(µ_i/π_i)`` from normalised log-probs ``(N, V)``."""
-    return kl_terms(torch.exp(logp_behavior.double()), logp_behavior.double(), logp_train.double()).sum(-1)
+    mu = logp_behavior.double()
+    return kl_terms(torch.exp(mu), mu, logp_train.double()).sum(-1)

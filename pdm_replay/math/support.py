@@ -219,7 +219,8 @@ def reduce_pair(support: Support, logp_behavior_s: Tensor, logp_train_s: Tensor)
     """Pair the reduced µ and π given their log-probs on ``support`` (both ``(N, M)``)."""
     def mask(lp):
         return lp.double().masked_fill(support.invalid, -math.inf)
-    return ReducedPair(support, reduce_logprobs(mask(logp_behavior_s)), reduce_logprobs(mask(logp_train_s)))
+    return ReducedPair(support, reduce_logprobs(mask(logp_behavior_s)),
+                       reduce_logprobs(mask(logp_train_s)))
 
 
 def floored_log(logp: Tensor) -> Tensor:

@@ -77,7 +77,8 @@ def _chunk(cfg: SyntheticLogConfig, first: int, count: int, gen: torch.Generator
     n_tok, t = count * cfg.response_len, cfg.response_len
     z_mu = torch.randn(n_tok, cfg.vocab_size, generator=gen, dtype=torch.float64) * cfg.peak
     z_pi = z_mu + torch.randn(z_mu.shape, generator=gen, dtype=torch.float64) * cfg.mismatch
-    logp_behavior, logp_train = torch.log_softmax(z_mu, -1).float(), torch.log_softmax(z_pi, -1).float()
+    logp_behavior = torch.log_softmax(z_mu, -1).float()
+    logp_train = torch.log_softmax(z_pi, -1).float()
     k_ids = torch.multinomial(logp_behavior.double().exp(), 1, generator=gen)[:, 0]
     top = _topk(logp_behavior, k_ids, cfg)  # (N, K')
     valid, safe = top >= 0, top.clamp(min=0)
