@@ -163,7 +163,7 @@ def test_graph_sees_lazy_and_relative_imports() -> None:
     code = ("from . import padded\nfrom .ragged import row_problems\ndef f():\n"
             "    from pdm_replay.commands.masks import run_masks\n    import pdm_replay.io\n")
     known = {"pdm_replay.ingest.padded", "pdm_replay.ingest.ragged", "pdm_replay.commands.masks"}
-    assert imported_modules(ast.parse(code), "pdm_replay.commands.ingest", False, known) == {
+    assert imported_modules(ast.parse(code), "pdm_replay.ingest.driver", False, known) == {
         "pdm_replay.ingest.padded", "pdm_replay.ingest.ragged", "pdm_replay.commands.masks",
         "pdm_replay.io"}
 
