@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from pdm_replay.cli import app
 from pdm_replay.cli.replay import THRESHOLD_PARAMS
-from pdm_replay.ingest import IngestConfig
+from pdm_replay.commands.ingest import IngestConfig
 from pdm_replay.replay.config import OPTION, ReplayConfig, flag
 from pdm_replay.report.build import ReportConfig
 from pdm_replay.commands.masks import MasksConfig
@@ -65,7 +65,7 @@ def test_replay_options_are_the_config_fields() -> None:
 
 
 @pytest.mark.parametrize("command, cls, renamed, cli_only", [
-    ("ingest", IngestConfig, {}, ()),
+    ("ingest", IngestConfig, {"format_modules": "format_module"}, ()),
     ("masks", MasksConfig, {"masks": "mask_names", "thresholds": None,
                             "mask_modules": "mask_module"},
      ("delta_kl", "delta_tv", "eps", "eps_low", "eps_high", "clip_ratio_c", "mask_param")),
