@@ -60,7 +60,8 @@ From = Annotated[str, typer.Option(
     "a --format-module registers.")]
 FormatModules = Annotated[Optional[List[Path]], typer.Option(
     "--format-module", help="A Python file that registers ingest formats of its own with "
-    "pdm_replay.ingest.register_format (repeatable); loaded before --from is resolved.")]
+    "register_format from pdm_replay.ingest (repeatable); loaded before --from is "
+    "resolved.")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="rollout/v1 Parquet file to write.")]
 Tokenizer = Annotated[Optional[Path], typer.Option(
     "--tokenizer", help="Tokenizer (tokenizer.json or a model directory): maps "
