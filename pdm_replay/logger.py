@@ -35,9 +35,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from pdm_replay.names import ON_ERROR
 from pdm_replay.schema import ROLLOUT_COLUMNS, RolloutMeta
 
-ON_ERROR = ("raise", "skip")
+# on_error's former spelling of "fail" (before the one vocabulary of pdm_replay.names):
+# still accepted, with a DeprecationWarning, for one release
+DEPRECATED_ON_ERROR = {"raise": "fail"}
 ROLLOUT_NAMES = frozenset(c.name for c in ROLLOUT_COLUMNS)
 # A per-sample scalar column (schema.py) is passed as a (B,) sequence under its plural:
 # ``rewards`` -> ``reward``, ``group_ids`` -> ``group_id`` (``sample_ids`` -> ``sample_id``
@@ -61,8 +64,9 @@ class RolloutLogger:
     :mod:`pdm_replay.ingest.padded`), in the order ``topk_convention`` says: genuine
     top-K first and the sampled token (if outside) after them (``plus_sampled``), or K
     slots whose last one the sampled token overwrites when outside (``replace_last``).
-    ``on_error="skip"`` drops a sample that fails the ``validate`` checks (with a warning)
-    instead of raising.
+    ``on_error`` is ``"fail"`` (raise on a sample that fails the ``validate`` checks) or
+    ``"skip"`` (drop it with a warning), as ``ingest``'s; ``"raise"``, the former name of
+    ``"fail"``, is accepted with a ``DeprecationWarning``.
     """
 
     def __init__(self, directory: Path | str, vocab_size: int | None = None, *,
@@ -71,11 +75,10 @@ class RolloutLogger:
                  temperature: float | None = None, top_p: float | None = None,
                  top_k_sampling: int | None = None, tokenizer: str | None = None,
                  rank: int = 0, rows_per_shard: int = 0, zero_padded_topk: bool = True,
-                 on_error: str = "raise") -> None:
+                 on_error: str = "fail") -> None:
         if meta is None and vocab_size is None:
             raise ValueError("RolloutLogger needs vocab_size (the logits width) or meta")
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        on_error = on_error_value(on_error)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.meta = meta or RolloutMeta(
@@ -226,7 +229,7 @@ class RolloutLogger:
     def _handle(self, table: pa.Table, bad: dict[int, str]) -> None:
         ids = table.column("sample_id").to_pylist()
         text = "; ".join(f"sample {ids[i]!r}: {r}" for i, r in sorted(bad.items())[:5])
-        if self.on_error == "raise":
+        if self.on_error == "fail":
             raise ValueError(f"RolloutLogger({self.directory}): {len(bad)} bad sample(s): "
                              f"{text}")
         self.rejected += len(bad)
@@ -264,6 +267,20 @@ class RolloutLogger:
         except Exception:  # noqa: BLE001 - never mask the trainer's own exception
             if exc_type is None:
                 raise
+
+
+def on_error_value(on_error: str) -> str:
+    """``on_error`` as one of :data:`pdm_replay.names.ON_ERROR`; ``"raise"`` -> ``"fail"``
+    with a ``DeprecationWarning`` (the caller's line is named)."""
+    if on_error in DEPRECATED_ON_ERROR:
+        new = DEPRECATED_ON_ERROR[on_error]
+        warnings.warn(f"on_error={on_error!r} is deprecated: use on_error={new!r} (the same "
+                      "behavior; one vocabulary with ingest's on_error)", DeprecationWarning,
+                      stacklevel=3)
+        return new
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    return on_error
 
 
 def _tolist(value: Any) -> list:

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pdm_replay"
 # is "pdm_replay"). Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("math",),
-    ("errors", "names", "threads", "heap", "masks", "cluster"),
+    ("errors", "names", "user_modules", "threads", "heap", "masks", "cluster"),
     ("schema",),
     ("io",),
     ("checks", "tokens", "testing", "run_summary"),

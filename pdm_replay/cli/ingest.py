@@ -12,16 +12,12 @@ import typer
 from pdm_replay.cli.app import app
 from pdm_replay.cli.common import console, err_console, fail, progress_bar
 from pdm_replay.ingest.formats import FORMATS
+from pdm_replay.names import ON_ERROR
 
 if TYPE_CHECKING:
     from pdm_replay.commands.ingest import IngestSummary
 
-FormatName = Enum("FormatName", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
-
-
-class OnError(str, Enum):
-    fail = "fail"
-    skip = "skip"
+OnError = Enum("OnError", {name: name for name in ON_ERROR}, type=str)  # type: ignore[misc]
 
 
 class Convention(str, Enum):
@@ -34,6 +30,8 @@ class Mode(str, Enum):
     processed = "processed"
 
 
+# The built-in formats' help; a --format-module's formats are resolved when the command
+# runs, so --from is a name checked against the registry then (unknown: the known listed).
 FORMATS_HELP = "; ".join(f"{f.name}: {f.doc}" for f in FORMATS.values())
 
 
@@ -57,7 +55,13 @@ def print_summary(s: IngestSummary, seconds: float) -> None:
 
 # The options, one alias each (the command's signature lists them by name).
 Inputs = Annotated[List[Path], typer.Argument(help="Input files or directories.")]
-From = Annotated[FormatName, typer.Option("--from", help=f"Input format. {FORMATS_HELP}.")]
+From = Annotated[str, typer.Option(
+    "--from", metavar="|".join(FORMATS), help=f"Input format. {FORMATS_HELP}; or a format "
+    "a --format-module registers.")]
+FormatModules = Annotated[Optional[List[Path]], typer.Option(
+    "--format-module", help="A Python file that registers ingest formats of its own with "
+    "register_format from pdm_replay.ingest (repeatable); loaded before --from is "
+    "resolved.")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="rollout/v1 Parquet file to write.")]
 Tokenizer = Annotated[Optional[Path], typer.Option(
     "--tokenizer", help="Tokenizer (tokenizer.json or a model directory): maps "
@@ -97,14 +101,16 @@ def ingest_command(
     topk_convention: TopkConvention = None, logprobs_mode: LogprobsMode = None,
     top_k: TopK = None, temperature: Temperature = None, top_p: TopP = None,
     top_k_sampling: TopKSampling = None, chunk_rows: ChunkRows = 512,
+    format_module: FormatModules = None,
 ) -> None:
     """Convert rollouts logged by vLLM / SGLang servers, vLLM offline, SGLang, verl /
     Stable-RL batch dumps or any table (with a column mapping) into one rollout/v1 log,
     streaming and atomically (nothing is left under OUT unless the run succeeds).
     """
     options = {k: v.value if isinstance(v, Enum) else v for k, v in locals().items()}
-    from pdm_replay.commands.ingest import IngestConfig, ingest  # torch: on run
-    from pdm_replay.ingest import IngestError
+    from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest  # on run
+    modules = options.pop("format_module")
+    options["format_modules"] = tuple(modules) if modules else None
     cfg = IngestConfig(**{**options, "inputs": tuple(inputs)})  # fields named as the options
     start = time.perf_counter()
     try:

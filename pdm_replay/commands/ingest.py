@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdm_replay.ingest.columns import load_mapping
-from pdm_replay.ingest.formats import FORMATS, ParseContext, expand_inputs
+from pdm_replay.ingest.formats import (IngestFormat, ParseContext, expand_inputs,
+                                       load_format_module, resolve_format)
 from pdm_replay.ingest.accept import accept_rows
 from pdm_replay.ingest.padded import PaddedRollouts, topk_widths
 from pdm_replay.ingest.parsing import IngestError, IngestFieldError, Location, Reject, Rows
@@ -42,9 +43,8 @@ from pdm_replay.ingest.tokenizer import TokenMapper, resolve_vocab_size
 from pdm_replay.io.atomic import AtomicParquetWriter, temp_path_for
 from pdm_replay.io.reader import open_parquet
 from pdm_replay.io.rollouts import RolloutWriter, rollout_schema, rows_to_table
+from pdm_replay.names import ON_ERROR
 from pdm_replay.schema import CONVENTIONS, LOGPROBS_MODES, RolloutMeta
-
-ON_ERROR = ("fail", "skip")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class IngestConfig:
     top_p: float | None = None
     top_k_sampling: int | None = None
     chunk_rows: int = 512
+    format_modules: tuple[Path, ...] | None = None  # .py files registering formats: loaded first
 
     @property
     def rejects_path(self) -> Path:
@@ -121,7 +122,7 @@ class _Run:
         if k is None:
             return None
         convention = (self.cfg.topk_convention or self.hints.get("topk_convention", (None,))[0]
-                      or FORMATS[self.cfg.fmt].topk_convention)
+                      or resolve_format(self.cfg.fmt).topk_convention)
         return RolloutMeta(vocab_size=1, top_k=int(k),
                            topk_convention=convention).max_topk_entries
 
@@ -193,7 +194,7 @@ def _write(run: _Run, item: Rows, writer: _Stage) -> None:
 
 
 def _final_meta(cfg: IngestConfig, run: _Run) -> RolloutMeta:
-    fmt = FORMATS[cfg.fmt]
+    fmt = resolve_format(cfg.fmt)
     hint = {k: v for k, (v, _) in run.hints.items()}
 
     def pick(key: str, default: Any = None) -> Any:
@@ -227,9 +228,15 @@ def footer_warnings(meta: RolloutMeta, max_k: int) -> list[str]:
     return out
 
 
-def _check(cfg: IngestConfig) -> None:
-    if cfg.fmt not in FORMATS:
-        raise IngestError(f"unknown format {cfg.fmt!r}; known: {', '.join(FORMATS)}")
+def _check(cfg: IngestConfig) -> IngestFormat:
+    """Load ``cfg.format_modules``, then check the settings; the format of ``cfg.fmt``."""
+    for path in cfg.format_modules or ():
+        load_format_module(path)  # registers its formats before the name is resolved
+    fmt = resolve_format(cfg.fmt)
+    if fmt.topk_convention not in CONVENTIONS or fmt.logprobs_mode not in LOGPROBS_MODES:
+        raise IngestError(f"format {fmt.name!r} records topk_convention "
+                          f"{fmt.topk_convention!r} and logprobs_mode {fmt.logprobs_mode!r}; "
+                          f"expected one of {CONVENTIONS} and one of {LOGPROBS_MODES}")
     if cfg.on_error not in ON_ERROR:
         raise IngestFieldError("{on_error} must be one of {known}, got {got!r}",
                                known=ON_ERROR, got=cfg.on_error)
@@ -237,22 +244,22 @@ def _check(cfg: IngestConfig) -> None:
         raise IngestFieldError("{topk_convention} must be one of {known}", known=CONVENTIONS)
     if cfg.logprobs_mode not in (None, *LOGPROBS_MODES):
         raise IngestFieldError("{logprobs_mode} must be one of {known}", known=LOGPROBS_MODES)
+    return fmt
 
 
-def _stage(cfg: IngestConfig, run: _Run, stage: Path,
+def _stage(cfg: IngestConfig, fmt: IngestFormat, run: _Run, stage: Path,
            on_progress: Callable[[int, int], None] | None) -> None:
     """Parse every input into ``stage`` (a rollout/v1 file with a provisional footer)."""
-    fmt = FORMATS[cfg.fmt]
     files = expand_inputs(tuple(cfg.inputs), fmt)
     run.summary.files = len(files)
     ctx = ParseContext(TokenMapper(cfg.tokenizer),
-                       load_mapping(cfg.mapping) if cfg.fmt == "columns" else None,
+                       load_mapping(cfg.mapping) if fmt.needs_mapping else None,
                        cfg.chunk_rows)
     provisional = RolloutMeta(vocab_size=run.vocab, top_k=0)
     with _Stage(stage, provisional) as writer:
         pending: list[Rows] = []
         for index, path in enumerate(files):
-            for item in fmt.parse(path, index, ctx):
+            for item in fmt.parse(path, replace(ctx, index=index)):
                 if isinstance(item, Reject):
                     run.reject(item)
                     continue
@@ -287,14 +294,14 @@ def ingest(cfg: IngestConfig, on_progress: Callable[[int, int], None] | None = N
 
     ``on_progress(files_done, rows_written)`` is called after each input file.
     """
-    _check(cfg)
+    fmt = _check(cfg)
     vocab = resolve_vocab_size(cfg.vocab_size, cfg.tokenizer)
     stage = temp_path_for(cfg.out)
     rejects_tmp = temp_path_for(cfg.rejects_path) if cfg.on_error == "skip" else None
     fh = rejects_tmp.open("w") if rejects_tmp else None
     run = _Run(cfg, vocab, fh)
     try:
-        _stage(cfg, run, stage, on_progress)
+        _stage(cfg, fmt, run, stage, on_progress)
         if fh:
             fh.close()
             rejects_tmp.replace(cfg.rejects_path)

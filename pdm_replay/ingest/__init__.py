@@ -1,9 +1,11 @@
-"""Ingest rollouts from trainers and rollout engines into rollout/v1 (``pdm-replay ingest``).
+"""Read rollouts from trainers and rollout engines as rollout/v1 rows (``pdm-replay ingest``).
 
 One small module per input format (``openai``, ``vllm``, ``sglang``, ``verl``,
-``columns``), each a parser yielding rows and rejects; :mod:`.padded` holds the one
-padding rule every format goes through. The command's work (stream, check, write) is
-:mod:`pdm_replay.commands.ingest`.
+``prime_rl``, ``columns``), each a parser ``parse(path, ctx)`` yielding rows and rejects,
+registered in :mod:`.formats` (``register_format``; a user's formats come from a
+``--format-module`` file); :mod:`.accept` holds the one pipeline every row goes through
+(the padding rule of :mod:`.padded`, ``validate``'s checks). The command that streams,
+checks and writes is :mod:`pdm_replay.commands.ingest`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-# Each public name and its module, imported on first use (`pdm-replay ingest --help`
-# needs only the format registry).
-_HOME = {"FORMATS": "formats", "IngestError": "parsing"}
+# Each public name and its module, imported on first use (the parsers pull in pyarrow and
+# NumPy; `pdm-replay ingest --help` needs only the format registry).
+_HOME = {"FORMATS": "formats", "IngestFormat": "formats", "ParseContext": "formats",
+         "load_format_module": "formats", "register_format": "formats",
+         "IngestError": "parsing", "IngestFieldError": "parsing", "Location": "parsing",
+         "Reject": "parsing", "Rows": "parsing"}
 __all__ = sorted(_HOME)
 
 

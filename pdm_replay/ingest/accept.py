@@ -1,13 +1,15 @@
 """Which rollout rows are accepted: the one pipeline of ``ingest`` and ``RolloutLogger``.
 
-Rows arrive padded (a :class:`~pdm_replay.ingest.padded.PaddedRollouts`) or ragged (a
-rollout/v1-typed Arrow table, padded by :func:`~pdm_replay.ingest.ragged.table_to_padded`,
-which names samples whose per-token lists disagree in length). Both then go through the
-padding rule (:func:`~pdm_replay.ingest.padded.padded_to_table`: shape checks, top-K slot
-padding, conflicting log-probs of one id), are cast to rollout/v1, and the rows still
-standing get ``validate``'s checks (:func:`~pdm_replay.ingest.ragged.row_problems`:
-sample ids used before, non-finite values, ids outside the vocabulary, top-K rows wider
-than ``max_topk``). A row keeps its first reason: structural, then padding, then checks.
+Rows arrive padded (a :class:`~pdm_replay.ingest.padded.PaddedRollouts`, laid out as
+rollout/v1 columns once by :func:`~pdm_replay.ingest.padded.padded_to_table`) or ragged
+(a rollout/v1-typed Arrow table, kept as it is: :func:`~pdm_replay.ingest.ragged.
+structural_problems` names samples whose per-token lists disagree in length, and
+:func:`~pdm_replay.ingest.ragged.compact_topk` puts the others' top-K slots through the
+same padding rule, :func:`~pdm_replay.ingest.padded.slot_columns`: top-K slot padding,
+conflicting log-probs of one id). The rows still standing get ``validate``'s checks
+(:func:`~pdm_replay.ingest.ragged.row_problems`: sample ids used before, non-finite
+values, ids outside the vocabulary, top-K rows wider than ``max_topk``). A row keeps its
+first reason: structural, then padding, then checks.
 
 Examples
 --------
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pdm_replay.ingest.padded import PaddedRollouts, padded_to_table
-from pdm_replay.ingest.ragged import row_problems, table_to_padded
+from pdm_replay.ingest.ragged import compact_topk, row_problems, structural_problems
 from pdm_replay.io.rollouts import rows_to_table
 from pdm_replay.schema import RolloutMeta
 
@@ -44,6 +46,20 @@ class Accepted:
     problems: dict[int, str]  # input row -> reason, for every rejected row
 
 
+def _clean(rows: PaddedRollouts | pa.Table, meta: RolloutMeta, zero_padded: bool
+           ) -> tuple[pa.Table, pa.Table, list[int], dict[int, str]]:
+    """(all rows typed, the rows through the padding rule, their input rows, problems)."""
+    if isinstance(rows, PaddedRollouts):
+        padded, problems = padded_to_table(rows, zero_padded)
+        typed = rows_to_table(padded, meta)
+        return typed, typed, list(range(typed.num_rows)), problems
+    problems = structural_problems(rows)
+    whole = [i for i in range(rows.num_rows) if i not in problems]
+    table, conflicts = compact_topk(rows.take(pa.array(whole, pa.int64())), zero_padded)
+    problems.update({whole[i]: reason for i, reason in conflicts.items()})
+    return rows, rows_to_table(table, meta), whole, problems
+
+
 def accept_rows(rows: PaddedRollouts | pa.Table, meta: RolloutMeta, *, zero_padded: bool,
                 seen: set[str], max_topk: int | None = None) -> Accepted:
     """Accept or reject each row of ``rows`` (a padded batch or rollout/v1-typed table).
@@ -53,19 +69,17 @@ def accept_rows(rows: PaddedRollouts | pa.Table, meta: RolloutMeta, *, zero_padd
     those of the rows checked here; ``max_topk`` bounds the entries of a top-K row
     (None: no bound). ``padded_to_table`` raises ``ValueError`` on shapes that do not fit.
     """
-    if isinstance(rows, PaddedRollouts):
-        batch, structural = rows, {}
-    else:
-        batch, structural = table_to_padded(rows)
-    padded, conflicts = padded_to_table(batch, zero_padded)
-    problems = {**conflicts, **structural}
-    typed = rows_to_table(padded, meta)
-    kept = tuple(i for i in range(typed.num_rows) if i not in problems)
-    table = typed.take(pa.array(kept, pa.int64()))
+    typed, cleaned, source, problems = _clean(rows, meta, zero_padded)
+    at = {row: i for i, row in enumerate(source)}  # input row -> row of ``cleaned``
+
+    def pick(kept: tuple[int, ...]) -> pa.Table:
+        return cleaned.take(pa.array([at[i] for i in kept], pa.int64()))
+    kept = tuple(i for i in source if i not in problems)
+    table = pick(kept)
     if table.num_rows:
         checked = row_problems(table, meta.vocab_size, seen, max_topk)
         if checked:
             problems.update({kept[i]: reason for i, reason in checked.items()})
             kept = tuple(i for i in kept if i not in problems)
-            table = typed.take(pa.array(kept, pa.int64()))
+            table = pick(kept)
     return Accepted(typed, table, kept, problems)

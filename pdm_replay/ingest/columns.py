@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pdm_replay.errors import reading
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Location, Reject, Rows,
                                        json_rows, sampling_of)
 from pdm_replay.io.reader import open_parquet
@@ -231,10 +232,14 @@ def _parquet_rows(path: Path, pf: pq.ParquetFile, mapping: ColumnMapping,
         first += table.num_rows
 
 
-def parse(path: Path, mapping: ColumnMapping, chunk_rows: int) -> Iterator[Rows | Reject]:
-    """Rows and rejects of one Parquet (``.parquet``) or JSON Lines file."""
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    """Rows and rejects of one Parquet (``.parquet``) or JSON Lines file, read through the
+    run's column mapping (``ctx.mapping``) in chunks of ``ctx.chunk_rows``."""
+    mapping: ColumnMapping | None = ctx.mapping
+    if mapping is None:
+        raise IngestFieldError("{fmt} columns needs {mapping} MAP.toml")
     if path.suffix == ".parquet":
-        yield from _parquet(path, mapping, chunk_rows)
+        yield from _parquet(path, mapping, ctx.chunk_rows)
     else:
         yield from json_rows(path, lambda rec: [rec], lambda rec, *_: mapping.apply_row(rec),
                              "record", lambda rec: mapping.sampling(), mapping.zero_padded)

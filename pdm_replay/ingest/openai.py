@@ -38,6 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import (IngestError, IngestFieldError, Reject, Rows, json_rows,
                                        per_sample, sample_fields, sampling_of, sort_topk)
 from pdm_replay.ingest.tokenizer import TokenMapper
@@ -119,8 +120,9 @@ def _choices(rec: dict) -> list:
     return choices
 
 
-def parse(path: Path, mapper: TokenMapper) -> Iterator[Rows | Reject]:
-    """Rows and rejects of one JSONL file of OpenAI-compatible responses."""
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    """Rows and rejects of one JSONL file of OpenAI-compatible responses (token strings
+    mapped by ``ctx.mapper``)."""
     return json_rows(path, _choices, lambda rec, choice, i, n: choice_row(
-        rec, rec.get("response", rec), choice, i, n, mapper), "choice",
+        rec, rec.get("response", rec), choice, i, n, ctx.mapper), "choice",
         lambda rec: sampling_of(rec, "sampling", "sampling_params"))

@@ -1,6 +1,8 @@
 """Padded trainer batches (B samples x T positions x K top-K slots) -> rollout/v1 rows.
 
-Shared by the ``verl`` and ``columns`` ingest formats and by :class:`RolloutLogger`.
+Used by the ``verl`` ingest format and :class:`RolloutLogger`'s padded inputs; ragged
+rows (the JSON formats, ``columns``) keep their lists and put only their top-K slots
+through the same rule, :func:`slot_columns` (:mod:`pdm_replay.ingest.ragged`).
 Pure numpy + Arrow, vectorised; no torch import.
 
 **Padding rule** (top-K slots of position t of sample b):
@@ -169,7 +171,7 @@ def _lists(counts: np.ndarray, values: np.ndarray, typ: pa.DataType,
     return pa.ListArray.from_arrays(_offsets(counts), pa.array(values, type=typ), mask=mask)
 
 
-class _Layout:
+class Layout:
     """Which (sample, position) pairs are real: ``b``/``t`` index the N kept positions."""
 
     def __init__(self, lengths: np.ndarray, width: int) -> None:
@@ -195,44 +197,51 @@ class _Layout:
                                         mask=mask)
 
 
-def _topk_columns(batch: PaddedRollouts, lay: _Layout, zero_padded: bool
-                  ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """Compacted top-K columns (padding rule), the slot ids (N, K) and conflicts (N, K)."""
-    n, every = len(lay.b), np.ones(len(lay.lengths), dtype=bool)
-    if batch.topk_ids is None:
-        none = np.zeros(n, dtype=np.int64)
-        return ({"topk_ids": lay.nested(none, np.zeros(0, np.int32), pa.int32(), every),
-                 "topk_logprobs": lay.nested(none, np.zeros(0, np.float32), pa.float32(),
-                                             every)}, np.zeros((n, 0), np.int64),
-                np.zeros((n, 0), dtype=bool))
-    ids = np.asarray(batch.topk_ids)[lay.b, lay.t]
-    lps = np.asarray(batch.topk_logprobs, dtype=np.float64)[lay.b, lay.t]
-    valid = None if batch.topk_valid is None else np.asarray(batch.topk_valid)[lay.b, lay.t]
+def slot_columns(lay: Layout, ids: np.ndarray, lps: np.ndarray, zero_padded: bool,
+                 valid: np.ndarray | None = None, train: np.ndarray | None = None,
+                 train_has: np.ndarray | None = None
+                 ) -> tuple[dict[str, pa.Array], dict[int, str]]:
+    """The padding rule (2-4) on the top-K slots of ``lay``'s N positions, compacted.
+
+    ``ids``, ``lps`` (log-probs), ``valid`` and ``train`` (log pi at the slots) are
+    (N, K), one row per position in ``lay``'s order; ``train_has`` (B,) says which samples
+    carry ``train``. Returns the ``topk_ids`` / ``topk_logprobs`` (/ ``train_topk_logprobs``)
+    columns of the B samples and ``{sample: reason}`` for samples listing one id twice with
+    different log-probs.
+    """
     keep = topk_keep(ids, lps, valid, zero_padded)
     repeat, conflict = first_occurrences(ids, keep, lps)
     keep &= ~repeat
-    inner = keep.sum(1)
+    inner, every = keep.sum(1), np.ones(len(lay.lengths), dtype=bool)
     cols = {"topk_ids": lay.nested(inner, ids[keep].astype(np.int32), pa.int32(), every),
             "topk_logprobs": lay.nested(inner, lps[keep].astype(np.float32), pa.float32(),
                                         every)}
-    if batch.train_topk_logprobs is not None:
-        has = batch.has("train_topk_logprobs")
-        tr = np.asarray(batch.train_topk_logprobs, dtype=np.float32)[lay.b, lay.t]
-        cols["train_topk_logprobs"] = lay.nested(inner, tr[keep & has[lay.b][:, None]],
-                                                 pa.float32(), has)
-    return cols, ids, conflict
-
-
-def _conflict_problems(lay: _Layout, ids: np.ndarray, conflict: np.ndarray
-                       ) -> dict[int, str]:
+    if train is not None and train_has is not None:
+        tr = train.astype(np.float32, copy=False)
+        cols["train_topk_logprobs"] = lay.nested(inner, tr[keep & train_has[lay.b][:, None]],
+                                                 pa.float32(), train_has)
     problems: dict[int, str] = {}
     for i, j in zip(*np.nonzero(conflict)):
         problems.setdefault(int(lay.b[i]), f"pos {int(lay.t[i])}: top-K lists token id "
                             f"{int(ids[i, j])} twice with different log-probs")
-    return problems
+    return cols, problems
 
 
-def _optional_columns(batch: PaddedRollouts, lay: _Layout) -> dict[str, Any]:
+def _topk_columns(batch: PaddedRollouts, lay: Layout, zero_padded: bool
+                  ) -> tuple[dict[str, pa.Array], dict[int, str]]:
+    """The batch's top-K slots at ``lay``'s positions through :func:`slot_columns`."""
+    n = len(lay.b)
+    if batch.topk_ids is None:
+        return slot_columns(lay, np.zeros((n, 0), np.int64), np.zeros((n, 0)), zero_padded)
+    valid = None if batch.topk_valid is None else np.asarray(batch.topk_valid)[lay.b, lay.t]
+    train = (None if batch.train_topk_logprobs is None else
+             np.asarray(batch.train_topk_logprobs, dtype=np.float32)[lay.b, lay.t])
+    return slot_columns(lay, np.asarray(batch.topk_ids)[lay.b, lay.t],
+                        np.asarray(batch.topk_logprobs, dtype=np.float64)[lay.b, lay.t],
+                        zero_padded, valid, train, batch.has("train_topk_logprobs"))
+
+
+def _optional_columns(batch: PaddedRollouts, lay: Layout) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name, typ, dtype in (("loss_mask", pa.bool_(), bool),
                              ("train_logprobs", pa.float32(), np.float32)):
@@ -262,7 +271,7 @@ def padded_to_table(batch: PaddedRollouts, zero_padded: bool = True
     here: ``pdm_replay.checks.check_batch`` does that on the result.
     """
     check_shapes(batch)
-    lay = _Layout(np.asarray(batch.lengths), np.shape(batch.response_ids)[1])
+    lay = Layout(np.asarray(batch.lengths), np.shape(batch.response_ids)[1])
     every = np.ones(len(lay.lengths), dtype=bool)
     cols: dict[str, Any] = {
         "sample_id": pa.array([str(s) for s in batch.sample_id], pa.string()),
@@ -273,9 +282,9 @@ def padded_to_table(batch: PaddedRollouts, zero_padded: bool = True
                                            every),
     }
     cols.update(_optional_columns(batch, lay))
-    topk, ids, conflict = _topk_columns(batch, lay, zero_padded)
+    topk, problems = _topk_columns(batch, lay, zero_padded)
     cols.update(topk)
-    return pa.table(cols), _conflict_problems(lay, ids, conflict)
+    return pa.table(cols), problems
 
 
 def topk_widths(table: pa.Table) -> tuple[int, int]:

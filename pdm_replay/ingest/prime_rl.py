@@ -43,6 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import NOTES, IngestError, Reject, Rows, json_rows
 
 SCHEMA_VERSION = 1  # prime-rl token_export.SCHEMA_VERSION
@@ -121,7 +122,7 @@ def record_row(rec: Mapping) -> dict[str, Any]:
     return row
 
 
-def parse(path: Path) -> Iterator[Rows | Reject]:
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
     """Rows and rejects of one ``rank_R.jsonl`` export file (one sequence per line)."""
     return json_rows(path, lambda rec: [rec], lambda rec, _, i, n: record_row(rec), "sequence",
                      sampling=lambda rec: {})

@@ -49,6 +49,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import (NOTES, IngestError, Reject, Rows, json_rows,
                                        sample_fields)
 
@@ -131,6 +132,6 @@ def record_row(rec: Mapping) -> dict[str, Any]:
     return row
 
 
-def parse(path: Path) -> Iterator[Rows | Reject]:
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
     """Rows and rejects of one JSONL file of SGLang responses (one sample per line)."""
     return json_rows(path, lambda rec: [rec], lambda rec, _, i, n: record_row(rec), "sample")

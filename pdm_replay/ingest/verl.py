@@ -63,6 +63,7 @@ import numpy as np
 
 from pdm_replay.ingest.padded import (PaddedRollouts, as_numpy, check_shapes, lengths_from_mask,
                                       mapping_get)
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import IngestError, Location, Reject, Rows
 
 SOURCE_NAMES = {"response_ids": "responses", "behavior_logprobs": "rollout_log_probs",
@@ -214,14 +215,14 @@ def sampling_from(data: Mapping) -> dict[str, Any]:
     return out
 
 
-def parse(path: Path, file_index: int) -> Iterator[Rows | Reject]:
-    """The samples of one batch dump; ``file_index`` is the default step.
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
+    """The samples of one batch dump; the file's index (``ctx.index``) is the default step.
 
     An unreadable dump or a shape that does not fit is one reject naming the file.
     """
     try:
         data = load_dump(path)
-        batch = padded_from_verl(data, file_index, path.name)
+        batch = padded_from_verl(data, ctx.index, path.name)
         check_shapes(batch, SOURCE_NAMES)
     except Exception as exc:  # noqa: BLE001 - any unreadable dump is one named reject
         known = isinstance(exc, (ValueError, IngestError))

@@ -32,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from pdm_replay.ingest.formats import ParseContext
 from pdm_replay.ingest.parsing import (IngestError, Reject, Rows, json_rows, per_sample,
                                        sample_fields, sort_topk)
 
@@ -91,7 +92,7 @@ def _outputs(rec: dict) -> list:
     return outputs
 
 
-def parse(path: Path) -> Iterator[Rows | Reject]:
+def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
     """Rows and rejects of one JSONL (or .json) file of serialised ``RequestOutput``."""
     return json_rows(path, _outputs, lambda rec, out, i, n: output_row(rec, out, i, n),
                      "output")

@@ -48,7 +48,7 @@ def _vocab_size(model_path: str) -> int:
 
 def rollout_logger(directory: Path | str, config: Any, *, vocab_size: int | None = None,
                    rank: int = 0, rows_per_shard: int = 0,
-                   on_error: str = "raise") -> RolloutLogger:
+                   on_error: str = "fail") -> RolloutLogger:
     """A logger whose footer matches verl's rollout settings in ``config`` (see module).
 
     ``vocab_size``: the logits width, default read from ``actor_rollout_ref.model.path``.

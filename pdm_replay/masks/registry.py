@@ -30,14 +30,12 @@ Examples
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from pdm_replay.errors import FieldError
 from pdm_replay.masks.kinds import Criterion
+from pdm_replay.user_modules import load_user_module
 
 if TYPE_CHECKING:  # torch only for the type checker: the registry imports without it
     from torch import Tensor
@@ -149,6 +147,8 @@ class MaskSpec:
 
 
 MASK_SPECS: dict[str, MaskSpec] = {}
+# sys.modules names of the --mask-module files loaded: this prefix plus a hash of the path
+USER_MODULE_PREFIX = "pdm_replay_user_masks_"
 
 
 def register(spec: MaskSpec) -> MaskSpec:
@@ -247,21 +247,9 @@ def weight_masks(names: Iterable[str]) -> list[str]:
 
 def load_mask_module(path: str | Path) -> Any:
     """Import the user's Python file ``path`` (it calls :func:`register`); its masks then
-    join every command, report and dashboard view. Loading the same file twice is a no-op.
+    join every command, report and dashboard view. Loading the same file twice is a no-op;
+    a missing file or one that fails to import is an error naming it
+    (:func:`pdm_replay.user_modules.load_user_module`).
     """
-    path = Path(path).resolve()
-    if not path.is_file():
-        raise FieldError("{mask_modules} {path}: no such file; pass a .py file that calls "
-                         "pdm_replay.masks.register(...)", path=path)
-    key = f"pdm_replay_user_masks_{abs(hash(str(path)))}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[key] = module
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except BaseException:
-        del sys.modules[key]
-        raise
-    return module
+    return load_user_module(path, USER_MODULE_PREFIX, "mask_modules",
+                            "pdm_replay.masks.register")

@@ -65,7 +65,7 @@ def test_replay_options_are_the_config_fields() -> None:
 
 
 @pytest.mark.parametrize("command, cls, renamed, cli_only", [
-    ("ingest", IngestConfig, {}, ()),
+    ("ingest", IngestConfig, {"format_modules": "format_module"}, ()),
     ("masks", MasksConfig, {"masks": "mask_names", "thresholds": None,
                             "mask_modules": "mask_module"},
      ("delta_kl", "delta_tv", "eps", "eps_low", "eps_high", "clip_ratio_c", "mask_param")),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from ingest_layouts import VOCAB, Truth, make_truth
+
+from pdm_replay.ingest.formats import FORMATS, USER_MODULE_PREFIX
 
 
 @pytest.fixture
@@ -24,3 +28,16 @@ def word_tokenizer(tmp_path: Path) -> Path:
     path.parent.mkdir()
     tok.save(str(path))
     return path.parent
+
+
+@pytest.fixture
+def user_formats() -> Iterator[None]:
+    """Undo a test's format registrations (and its --format-module imports) afterwards:
+    the registry is per process."""
+    before, modules = dict(FORMATS), set(sys.modules)
+    yield
+    FORMATS.clear()
+    FORMATS.update(before)
+    for name in set(sys.modules) - modules:
+        if name.startswith(USER_MODULE_PREFIX):
+            del sys.modules[name]

@@ -54,3 +54,20 @@ def test_max_topk_bounds_the_rows() -> None:
     assert accept_rows(table, META, zero_padded=False, seen=set()).kept == (0,)
     out = accept_rows(table, META, zero_padded=False, seen=set(), max_topk=2)
     assert out.kept == () and "more than 2 entries" in out.problems[0]
+
+
+def test_ragged_rows_keep_their_lists_and_only_the_top_k_slots_are_compacted() -> None:
+    """No padded round trip: the top-K slots go through the padding rule (a repeated id
+    keeps its first slot, a -inf slot is padding), every other list stays as given; a
+    chunk whose responses are all empty is accepted as it is (it used to crash)."""
+    row = _row("a", [1, 2])
+    row.update(topk_ids=[[1, 7, 1], [2, 5]], topk_logprobs=[[-0.5, -2.0, -0.5],
+                                                            [-0.5, float("-inf")]],
+               prompt_ids=[4, 0, 4], loss_mask=[True, False])
+    out = accept_rows(rows_to_table([row], META), META, zero_padded=True, seen=set())
+    got = out.table.to_pylist()[0]
+    assert (got["topk_ids"], got["topk_logprobs"]) == ([[1, 7], [2]], [[-0.5, -2.0], [-0.5]])
+    assert (got["prompt_ids"], got["loss_mask"]) == ([4, 0, 4], [True, False])
+    empty = accept_rows(rows_to_table([_row("e", []), _row("f", [])], META), META,
+                        zero_padded=True, seen=set())
+    assert empty.kept == (0, 1) and empty.table.column("response_ids").to_pylist() == [[], []]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdm_replay.ingest import IngestConfig, IngestError, ingest
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 
 MAPPING = ('[columns]\nsample_id = "id"\nresponse_ids = "ids"\nadvantages = "adv"\n'
            'behavior_logprobs = "lp"\ntopk_ids = "top"\ntopk_logprobs = "top_lp"\n'

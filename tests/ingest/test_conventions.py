@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from ingest_layouts import K, VOCAB, make_truth, masks_frame, vllm_record, write_jsonl
 
-from pdm_replay.ingest import IngestConfig, ingest
+from pdm_replay.commands.ingest import IngestConfig, ingest
 from pdm_replay.io.reader import read_meta
 
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pdm_replay.ingest import IngestConfig, ingest
+from pdm_replay.commands.ingest import IngestConfig, ingest
 from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.validate import validate_log
 from ingest_layouts import (K, VOCAB, Truth, assert_same_tokens, make_truth, masks_frame,
@@ -172,7 +172,7 @@ def test_conflicting_sampler_settings_warn(tmp_path: Path, truth: Truth) -> None
 
 
 def test_vocab_size_required(tmp_path: Path, truth: Truth) -> None:
-    from pdm_replay.ingest import IngestError
+    from pdm_replay.commands.ingest import IngestError
     src = write_jsonl(tmp_path / "g.jsonl", [vllm_record(truth, 0)])
     with pytest.raises(IngestError, match="pass vocab_size N or tokenizer PATH") as info:
         ingest(IngestConfig("vllm", (src,), tmp_path / "log.parquet"))

@@ -154,3 +154,21 @@ def test_killed_mid_write_leaves_only_complete_shards(tmp_path: Path) -> None:
     assert report.ok and report.samples == 128
     RolloutLogger(out, vocab_size=50).close()  # a new logger of rank 0 removes the stale temp
     assert not list(out.glob(".part-*.tmp")) and len(list_parquet_files(out)) == 2
+
+
+def test_on_error_is_fail_or_skip_and_raise_is_deprecated(tmp_path: Path) -> None:
+    """One on_error vocabulary with ingest (pdm_replay.names.ON_ERROR); "raise", the
+    former name of "fail", still works for a release, with a DeprecationWarning."""
+    args = dict(response_ids=np.array([[1, 2]]), advantages=np.ones(1),
+                behavior_logprobs=np.array([[-0.1, np.nan]]))
+    with RolloutLogger(tmp_path / "a", vocab_size=VOCAB, on_error="fail") as lg:
+        with pytest.raises(ValueError, match="pos 1: non-finite"):
+            lg.log(0, **args)
+    with pytest.warns(DeprecationWarning, match="on_error='raise' is deprecated: use "
+                                                "on_error='fail'"):
+        lg = RolloutLogger(tmp_path / "b", vocab_size=VOCAB, on_error="raise")
+    assert lg.on_error == "fail"
+    with pytest.raises(ValueError, match="pos 1: non-finite"):
+        lg.log(0, **args)
+    with pytest.raises(ValueError, match=r"on_error must be one of \('fail', 'skip'\)"):
+        RolloutLogger(tmp_path / "c", vocab_size=VOCAB, on_error="ignore")

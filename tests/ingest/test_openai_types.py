@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pdm_replay.ingest import IngestConfig, IngestError, ingest
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.ingest.tokenizer import BYTE_DECODER, TokenMapper
 from pdm_replay.commands.validate import validate_log
 

@@ -19,7 +19,7 @@ import pytest
 from ingest_layouts import VOCAB, assert_same_tokens, make_truth, masks_frame, sglang_record, \
     write_jsonl
 
-from pdm_replay.ingest import IngestConfig, IngestError, ingest
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.commands.validate import validate_log
 
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from ingest_layouts import VOCAB, make_truth, write_jsonl
 
-from pdm_replay.ingest import IngestConfig, IngestError, ingest
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.validate import validate_log
 

@@ -12,7 +12,7 @@ import pytest
 from ingest_layouts import (VOCAB, make_truth, openai_record, sglang_record, verl_arrays,
                             vllm_record, write_jsonl)
 
-from pdm_replay.ingest import IngestConfig, IngestError, ingest
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 
 SMALL_K = 2  # the truth logs K = 4 (+ the sampled token): every row is too long
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 from ingest_layouts import K, VOCAB, assert_same_tokens, make_truth, masks_frame, verl_arrays
 
-from pdm_replay.commands.ingest import IngestConfig, ingest
-from pdm_replay.ingest import IngestError
+from pdm_replay.commands.ingest import IngestConfig, IngestError, ingest
 from pdm_replay.io.reader import read_meta
 from pdm_replay.commands.validate import validate_log
 

@@ -46,6 +46,19 @@ def test_bad_mask_param_and_module_are_one_line_errors(tmp_path: Path) -> None:
         assert res.exit_code != 0 and needle in " ".join(res.output.split()), res.output
 
 
+def test_a_mask_module_that_fails_to_import_is_named(tmp_path: Path) -> None:
+    """The loader --format-module shares (pdm_replay.user_modules): an exception while the
+    file runs is a one-line error naming the option and the file, not a traceback."""
+    log = write_synthetic_log(tmp_path / "log.parquet", n_samples=2)
+    broken = tmp_path / "broken_masks.py"
+    broken.write_text("from pdm_replay.masks import register\nregister(None)\n")
+    res = CliRunner().invoke(app, ["masks", str(log), "--out", str(tmp_path / "t.parquet"),
+                                   "--mask-module", str(broken)])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"--mask-module {broken.resolve()}: cannot be imported (AttributeError" in said
+
+
 def test_report_sql_and_dashboard_know_the_user_mask(tmp_path: Path, user_registry: None) -> None:
     from pdm_replay.dashboard_app import ENV_MASK_MODULES
     from pdm_replay.commands.dashboard import DashboardConfig, streamlit_env
