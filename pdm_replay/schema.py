@@ -274,7 +274,7 @@ def check_agree(footers: Iterable[tuple[str, RolloutMeta]], fields: tuple[str, .
     >>> a, b = RolloutMeta(vocab_size=8, top_k=2), RolloutMeta(vocab_size=9, top_k=2)
     >>> check_agree([("a", a), ("b", b)], FILE_AGREEING, "split the log")
     Traceback (most recent call last):
-    ValueError: b: vocab_size/topk_convention 9/plus_sampled differ from a (8/plus_sampled); split the log
+    ValueError: b: vocab_size/topk_convention 9/plus_sampled differ from a (8/plus_sampled); ...
     """
     pairs = list(footers)
     first_file, first = pairs[0]

@@ -241,10 +241,10 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     counts: list[pa.Table] = []  # per-step counts of each batch (run_summary)
     rows = tokens = 0
     work = partial(batch_tokens, vocab=vocab, meta=meta, masks=masks)
+    items = prefetch(_record_batches(log, cfg.batch_rows or BATCH_ROWS))
     with (torch_threads(cfg.threads), threaded_arrow_pool(),
           AtomicParquetWriter(cfg.out, schema) as writer, BackgroundSink(writer.write) as sink):
-        for n_rows, table in ordered_map(work, prefetch(_record_batches(log, cfg.batch_rows or BATCH_ROWS)),
-                                         workers=cfg.workers or default_workers()):
+        for n_rows, table in ordered_map(work, items, workers=cfg.workers or default_workers()):
             if table is not None:
                 sink.put(table)
                 counts.append(step_counts(table, names, pairs, regions))

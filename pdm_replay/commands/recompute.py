@@ -23,6 +23,7 @@ the units without a marker: the output is the one an uninterrupted run writes.
 
 Examples
 --------
+>>> import numpy as np
 >>> unit_key(3, '["settings"]', Unit(8, np.array([0, 1])))
 '000003-8-...'
 """
@@ -37,7 +38,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
