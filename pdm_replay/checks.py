@@ -16,12 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pdm_replay.errors import InputError
-from pdm_replay.io.reader import (PAD_ID, FlatTokens, flatten_batch,
-                                  list_parquet_files, read_meta,
-                                  read_schema)
+from pdm_replay.io.log import RolloutLog
+from pdm_replay.io.reader import PAD_ID, FlatTokens, flatten_batch
 from pdm_replay.math.support import mass_overflow
-from pdm_replay.schema import PER_TOKEN_COLUMNS, ROLLOUT_COLUMNS, RolloutMeta
+from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, column_problems
 
 LOGPROB_TOLERANCE = 1e-4  # log-probs up to this far above 0 are rounding, not errors
 MATCH_ATOL = 1e-3  # behavior_logprobs[t] vs the top-K entry of k_t
@@ -85,30 +83,12 @@ class ValidationReport:
 
 
 def check_columns(schema: pa.Schema, source: str, report: ValidationReport) -> bool:
-    ok = True
-    for col in ROLLOUT_COLUMNS:
-        if col.name not in schema.names:
-            if col.required == "yes":
-                report.add(Problem(source, None, None, "missing-column",
-                                   f"required column {col.name!r} ({col.type}) is absent"))
-                ok = False
-            continue
-        actual = schema.field(col.name).type
-        if not _compatible(actual, col.type):
-            report.add(Problem(source, None, None, "column-type",
-                               f"column {col.name!r} is {actual}, expected {col.type}"))
-            ok = False
-    return ok
-
-
-def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
-    """Same nesting, and numeric leaves of the same kind (int/float/bool/string)."""
-    if pa.types.is_list(expected) or pa.types.is_large_list(expected):
-        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
-                and _compatible(actual.value_type, expected.value_type))
-    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
-             lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
-    return any(k(expected) and k(actual) for k in kinds)
+    """Report each missing required column and each column of another type
+    (:func:`~pdm_replay.schema.column_problems`); True when there is none."""
+    problems = column_problems(schema)
+    for kind, message in problems:
+        report.add(Problem(source, None, None, kind, message))
+    return not problems
 
 
 def _row_lengths(batch: pa.RecordBatch, file: str, first_row: int,
@@ -281,21 +261,7 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
 
 
 def check_schema(path: Path | str) -> RolloutMeta:
-    """``validate``'s file-level checks (readable footer, footer metadata, every required
-    column with its type) on every file of the log; the first problem raises an
-    :class:`~pdm_replay.errors.InputError`. Returns the footer metadata (:func:`read_meta`).
-
-    ``masks`` and ``replay`` run this before reading any row.
-    """
-    report = ValidationReport(str(path), max_errors=1)
-    for f in list_parquet_files(path):
-        try:
-            schema = read_schema(f)
-            RolloutMeta.from_metadata(schema.metadata, str(f))
-        except ValueError as exc:
-            raise InputError(str(exc)) from exc
-        if not check_columns(schema, str(f), report):
-            raise InputError(f"{report.errors[0]}", fix="run `pdm-replay validate` on the "
-                             "log for every problem; re-create it with `pdm-replay ingest` "
-                             "or pdm_replay.io.write_rollouts")
-    return read_meta(path)
+    """The footer of the log at ``path`` after ``validate``'s file-level checks
+    (:meth:`pdm_replay.io.log.RolloutLog.open`, which callers that read the log should
+    keep instead). Kept for ``replay``, until it passes a :class:`RolloutLog` down."""
+    return RolloutLog.open(path).meta

@@ -260,6 +260,58 @@ class RolloutMeta:
         return (self.top_p is not None and self.top_p < 1.0) or bool(self.top_k_sampling)
 
 
+# The footer fields every file of one log must share (its rows are read with one footer)
+FILE_AGREEING = ("vocab_size", "topk_convention")
+# ... and every log of one run: the per-batch work applies one footer's K and convention
+LOG_AGREEING = ("vocab_size", "top_k", "topk_convention")
+
+
+def check_agree(footers: Iterable[tuple[str, RolloutMeta]], fields: tuple[str, ...],
+                fix: str) -> None:
+    """Raise ``ValueError`` naming both files where a footer's ``fields`` differ from the
+    first one's; ``footers``: ``(file, footer)`` pairs.
+
+    >>> a, b = RolloutMeta(vocab_size=8, top_k=2), RolloutMeta(vocab_size=9, top_k=2)
+    >>> check_agree([("a", a), ("b", b)], FILE_AGREEING, "split the log")
+    Traceback (most recent call last):
+    ValueError: b: vocab_size/topk_convention 9/plus_sampled differ from a (8/plus_sampled); ...
+    """
+    pairs = list(footers)
+    first_file, first = pairs[0]
+    def values(meta: RolloutMeta) -> str:
+        return "/".join(str(getattr(meta, name)) for name in fields)
+    for file, meta in pairs[1:]:
+        if values(meta) != values(first):
+            raise ValueError(f"{file}: {'/'.join(fields)} {values(meta)} differ from "
+                             f"{first_file} ({values(first)}); {fix}")
+
+
+def column_problems(schema: pa.Schema) -> list[tuple[str, str]]:
+    """``(kind, message)`` of each rollout/v1 column of ``schema`` that is missing
+    (``missing-column``, required ones only) or of another type (``column-type``)."""
+    out = []
+    for col in ROLLOUT_COLUMNS:
+        if col.name not in schema.names:
+            if col.required == "yes":
+                out.append(("missing-column",
+                            f"required column {col.name!r} ({col.type}) is absent"))
+            continue
+        actual = schema.field(col.name).type
+        if not _compatible(actual, col.type):
+            out.append(("column-type", f"column {col.name!r} is {actual}, expected {col.type}"))
+    return out
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Same nesting, and numeric leaves of the same kind (int/float/bool/string)."""
+    if pa.types.is_list(expected) or pa.types.is_large_list(expected):
+        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
+                and _compatible(actual.value_type, expected.value_type))
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
+             lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+    return any(k(expected) and k(actual) for k in kinds)
+
+
 def _number(md: dict[str, str], key: str, kind: type, source: str) -> int | float:
     """The footer value ``key`` as ``kind``; a ``ValueError`` naming ``source`` otherwise."""
     try:

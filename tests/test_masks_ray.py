@@ -192,3 +192,52 @@ def test_a_task_loads_the_mask_modules_itself(tmp_path: Path, two_files: Path,
     result = process_block(_block(sorted(two_files.glob("*.parquet"))), plan.ctx)
     assert result.column("error").null_count == result.num_rows
     assert _parts(stage).equals(pq.read_table(local.out).sort_by(SORT))
+
+
+def test_logs_that_disagree_on_their_footers_are_refused_naming_both(tmp_path: Path,
+                                                                      two_files: Path) -> None:
+    other = write_synthetic_log(tmp_path / "other.parquet", n_samples=4, vocab_size=999)
+    res = _invoke([str(two_files), str(other), "--out", str(tmp_path / "r"), "--engine", "ray"])
+    said = " ".join(res.output.split())
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert str(other) in said and str(two_files / "a.parquet") in said
+    assert "vocab_size/top_k/topk_convention 999/20/plus_sampled differ" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "other.parquet"]
+
+
+@pytest.mark.parametrize("case", ["not a rollout log", "missing column"])
+def test_a_uri_log_gets_the_file_level_checks(tmp_path: Path, two_files: Path,
+                                              case: str) -> None:
+    from pdm_replay.commands.masks_ray import run_masks_ray
+    bad = two_files / "c.parquet"
+    if case == "not a rollout log":
+        pq.write_table(pa.table({"x": [1, 2]}), bad)
+    else:
+        t = pq.read_table(two_files / "b.parquet")
+        pq.write_table(t.drop_columns(["advantages"]), bad)
+    with pytest.raises(ValueError) as local:
+        run_masks(MasksConfig(log=two_files, out=tmp_path / "l.parquet"))
+    with pytest.raises(ValueError) as by_uri:  # before Ray starts
+        run_masks_ray(MasksConfig(log=(f"file://{two_files}",), out=tmp_path / "r",
+                                  engine="ray"))
+    assert str(by_uri.value) == str(local.value).replace(str(bad), f"file://{bad}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log"]
+
+
+def test_batch_rows_is_the_size_of_each_task_batch(tmp_path: Path, two_files: Path) -> None:
+    """--batch-rows under ray: map_batches' batch_size (None: whole blocks); a block
+    processed in batches of that many rows gives the local rows, one part per batch
+    and step."""
+    local = run_masks(MasksConfig(log=two_files, out=tmp_path / "local.parquet"))
+    assert plan_job(MasksConfig(log=(two_files,), out=tmp_path / "w", engine="ray"),
+                    open_staging(tmp_path / "w", resume=False)).batch_rows is None
+    cfg = MasksConfig(log=(two_files,), out=tmp_path / "ray", engine="ray", batch_rows=5)
+    stage = open_staging(cfg.out, resume=False)
+    plan = plan_job(cfg, stage)
+    assert plan.batch_rows == 5
+    block = _block(sorted(two_files.glob("*.parquet")))
+    for start in range(0, block.num_rows, plan.batch_rows):  # what map_batches hands over
+        process_block(block.slice(start, plan.batch_rows), plan.ctx)
+    parts = sorted(stage.glob("step=*/*.parquet"))
+    assert max(len(pq.read_table(p)["sample_id"].unique()) for p in parts) <= 5
+    assert _parts(stage).equals(pq.read_table(local.out).sort_by(SORT))

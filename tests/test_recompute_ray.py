@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -121,3 +122,37 @@ def test_a_killed_actor_is_replaced_and_no_row_is_lost_or_doubled(
         killer.join()
     assert killed, "no actor process was seen"
     assert pq.read_table(tmp_path / "ray.parquet").equals(pq.read_table(local))
+
+
+def test_a_killed_driver_resumes_on_ray(cluster: str, logs: tuple[Path, Path],
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """The driver dies after staging 2 of the 6 units (here: its unit sink raises); the
+    resumed Ray run computes only the other 4 and writes the local engine's bytes."""
+    from pdm_replay.commands.recompute import UnitSink
+    from pdm_replay.io.staged import PROGRESS_DIR, staging_path
+    good, _ = logs
+    local, out = tmp_path / "local.parquet", tmp_path / "ray.parquet"
+    run_recompute(_config(good, local, "local"))
+    finished: list[str] = []
+    real = UnitSink._finish
+
+    def dies_after_two(self, key, table):
+        if len(finished) == 2:
+            raise RuntimeError("driver killed")
+        finished.append(key)
+        real(self, key, table)
+
+    monkeypatch.setattr(UnitSink, "_finish", dies_after_two)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        run_recompute(_config(good, out, "ray", cluster))
+    markers = sorted(p.stem for p in (staging_path(out) / PROGRESS_DIR).glob("*.json"))
+    assert markers == sorted(finished) and not out.exists()
+    monkeypatch.setattr(UnitSink, "_finish", real)
+    sent: list[int] = []
+    monkeypatch.setattr(UnitSink, "add", lambda self, t, add=UnitSink.add: (
+        sent.append(t.num_rows), add(self, t))[1])
+    cfg = replace(_config(good, out, "ray", cluster), resume=True)
+    assert run_recompute(cfg).rows == 48 and sum(sent) == 32  # 4 units of 8 rows
+    assert out.read_bytes() == local.read_bytes()
+    assert not staging_path(out).exists()

@@ -90,9 +90,11 @@ MaskNames = Annotated[Optional[str], typer.Option("--masks", help=MASK_NAMES_HEL
 VocabSize = Annotated[Optional[int], typer.Option(
     "--vocab-size", min=1, help="n for the uniform-tail estimators (default: the log's "
     "footer).")]
-BatchRows = Annotated[int, typer.Option(
-    "--batch-rows", min=1, help="At most this many samples per record batch read; fewer "
-    "for long responses (about 131,072 tokens per batch). Bounds memory.")]
+BatchRows = Annotated[Optional[int], typer.Option(
+    "--batch-rows", min=1, help="At most this many samples per record batch read (default "
+    "512); fewer for long responses (about 131,072 tokens per batch). Bounds memory. "
+    "--engine ray: at most this many rows per map_batches batch, which a task computes "
+    "and writes (its part files) alone (default: each whole block Ray reads).")]
 Workers = Annotated[Optional[int], typer.Option(
     "--workers", min=1, help="Work items (record batches cut to at most 65,536 tokens) "
     "validated and computed in parallel (default: the usable CPUs, at most 8). Each holds "
@@ -102,18 +104,19 @@ Threads = Annotated[int, typer.Option("--threads", min=1,
                                       help="torch intra-op threads per worker.")]
 
 
-def _run(cfg: "MasksConfig", total: int) -> "MasksSummary":
-    from pdm_replay.commands.masks import run_masks
+def _run(cfg: "MasksConfig") -> "MasksSummary":
+    from pdm_replay.commands.masks import open_logs, run_masks
     from pdm_replay.commands.masks_ray import run_masks_ray
     start = time.perf_counter()
-    with progress_bar("masks", total, "samples") as bar:
+    logs = open_logs(cfg)  # once: the checks, the row total, then the run itself
+    with progress_bar("masks", sum(log.n_rows for log in logs) or None, "samples") as bar:
         def tick(rows: int, tokens: int | None = None) -> None:
             elapsed = max(time.perf_counter() - start, 1e-9)
             rate = f"{(tokens or rows) / elapsed:,.0f} {'tok' if tokens else 'rows'}/s"
             bar.update(bar.task_ids[0], completed=rows, rate=rate)
         if cfg.engine == Engine.ray.value:
-            return run_masks_ray(cfg, on_progress=tick)
-        return run_masks(cfg, on_progress=tick)
+            return run_masks_ray(cfg, on_progress=tick, logs=logs)
+        return run_masks(cfg, on_progress=tick, log=logs[0])
 
 
 @app.command()
@@ -126,7 +129,7 @@ def masks(
     eps_high: EpsHigh = THRESHOLD_DEFAULTS.eps_high,
     clip_ratio_c: ClipRatioC = THRESHOLD_DEFAULTS.clip_ratio_c,
     mask_param: MaskParams = None, mask_module: MaskModules = None,
-    vocab_size: VocabSize = None, batch_rows: BatchRows = 512, workers: Workers = None,
+    vocab_size: VocabSize = None, batch_rows: BatchRows = None, workers: Workers = None,
     threads: Threads = 1, engine: EngineOpt = Engine.local, ray_address: RayAddress = None,
     resume: Resume = False,
 ) -> None:
@@ -136,7 +139,6 @@ def masks(
     --engine local one file, --engine ray a directory partitioned by step.
     """
     # Imported when the command runs: torch and the readers are not needed for --help.
-    from pdm_replay.io.reader import count_rows
     from pdm_replay.commands.masks import MasksConfig, check_engine_logs
     try:
         load_mask_modules(mask_module)
@@ -149,9 +151,8 @@ def masks(
                           threads=threads, engine=engine.value, ray_address=ray_address,
                           resume=resume, mask_modules=tuple(mask_module) if mask_module
                           else None)
-        total = sum(count_rows(p) for p in log if "://" not in str(p)) or None
         start = time.perf_counter()
-        summary = _run(cfg, total)
+        summary = _run(cfg)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         fail(exc)
     print_summary(summary, time.perf_counter() - start)

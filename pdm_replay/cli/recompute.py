@@ -50,6 +50,10 @@ NumGpus = Annotated[Optional[float], typer.Option("--num-gpus", min=0, help=(
     "GPUs, else 0: CPU actors)."))]
 RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help=(
     "ray: the cluster to join (default: RAY_ADDRESS, else a local instance)."))]
+Resume = Annotated[bool, typer.Option("--resume", help=(
+    "After a killed run (either engine): redo only the work units it had not finished "
+    "(each finished unit is kept in .<out>.pdm-partial until the output is written); the "
+    "output is the one an uninterrupted run writes."))]
 
 
 def print_summary(s: RecomputeSummary) -> None:
@@ -65,12 +69,14 @@ def recompute(log: Log, checkpoint: Checkpoint, out: Out,
               device: Device = "cpu", micro_batch_size: MicroBatch = 8,
               chunk_tokens: ChunkTokens = 1024, task_rows: TaskRows = 256,
               threads: Threads = 1, workers: Workers = None, num_gpus: NumGpus = None,
-              ray_address: RayAddress = None) -> None:
+              ray_address: RayAddress = None, resume: Resume = False) -> None:
     """Fill train_logprobs and train_topk_logprobs (π at µ's logged support: the sampled
     token and the logged top-K ids) of every row from its step's checkpoint, as replay's
     pre-update recompute does (chunked LM head), and write the log again, atomically, with
     the checkpoint and dtype in its footer: `pdm-replay masks` then runs on it. Rows are
     grouped by step (log order within a step); each worker loads a step's checkpoint once.
+    Finished work units are kept until the output is written: --resume continues a
+    killed run.
     """
     # torch, transformers and Ray load when the command runs, not for --help.
     from pdm_replay.commands.recompute import RecomputeConfig, run_recompute
@@ -79,7 +85,7 @@ def recompute(log: Log, checkpoint: Checkpoint, out: Out,
             log=log, checkpoint=checkpoint, out=out, engine=value(engine),
             dtype=value(dtype), device=device, micro_batch_size=micro_batch_size,
             chunk_tokens=chunk_tokens, task_rows=task_rows, threads=threads,
-            workers=workers, num_gpus=num_gpus, ray_address=ray_address)
+            workers=workers, num_gpus=num_gpus, ray_address=ray_address, resume=resume)
         with progress_bar("recompute", None, "rows") as bar:
             def tick(rows: int, tokens: int) -> None:
                 bar.update(bar.task_ids[0], completed=rows, rate=f"{tokens:,} tokens")

@@ -28,7 +28,8 @@ from pdm_replay.names import ENGINES
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
-from pdm_replay.io.reader import BATCH_TOKENS, available_columns, iter_record_batches
+from pdm_replay.io.log import RolloutLog, check_logs_agree
+from pdm_replay.io.reader import BATCH_TOKENS
 from pdm_replay.masks import (Mask, MaskPair, Thresholds, build_masks, mask_pairs,
                               resolve_names, token_region)
 from pdm_replay.run_summary import combine, step_counts, totals
@@ -36,8 +37,9 @@ from pdm_replay.schema import (PER_TOKEN_COLUMNS, THRESHOLDS_KEY,  # noqa: F401 
                                RolloutMeta, tokens_schema)
 from pdm_replay.threads import cpu_budget, torch_threads  # noqa: F401 (re-export)
 from pdm_replay.tokens import TRAIN_COLUMNS, log_stats, token_table
-from pdm_replay.checks import ValidationReport, check_batch, check_sample_ids, check_schema
+from pdm_replay.checks import ValidationReport, check_batch, check_sample_ids
 
+BATCH_ROWS = 512  # the local engine's default rows per record batch read
 WORK_TOKENS = 1 << 16  # tokens per work item: bounds each worker's arrays (~50 MB)
 MASK_INPUT_COLUMNS = ("sample_id", "step") + PER_TOKEN_COLUMNS
 
@@ -51,7 +53,8 @@ class MasksConfig:
     masks: Sequence[str] | None = None  # None = every registered mask
     thresholds: Thresholds = Thresholds()
     vocab_size: int | None = None  # None = from the log's footer
-    batch_rows: int = 512
+    # rows per record batch read; None: BATCH_ROWS locally, whole blocks under ray
+    batch_rows: int | None = None
     workers: int | None = None  # work items computed in parallel; None = default_workers()
     threads: int = 1  # torch intra-op threads per worker
     engine: str = "local"  # "local" (threads in this process) | "ray" (commands.masks_ray)
@@ -98,10 +101,11 @@ def check_engine_logs(logs: Sequence[str | Path], engine: str
     return Path(logs[0])
 
 
-def _check_train_columns(log: Path) -> None:
-    missing = [c for c in TRAIN_COLUMNS if c not in available_columns(log)]
+def check_train_columns(log: RolloutLog) -> None:
+    """Log-only ``masks`` needs the train log-probs columns in every file of ``log``."""
+    missing = [c for c in TRAIN_COLUMNS if c not in log.columns]
     if missing:
-        raise ValueError(f"{log}: log-only `masks` needs {', '.join(missing)} (the training "
+        raise ValueError(f"{log.source}: log-only `masks` needs {', '.join(missing)} (the training "
                          "policy's log-probs); log them in the trainer, or run `pdm-replay "
                          "replay` with the checkpoint to recompute them")
 
@@ -141,12 +145,13 @@ def token_slices(batch: pa.RecordBatch, budget: int) -> Iterator[tuple[int, pa.R
         start = stop
 
 
-def _record_batches(cfg: MasksConfig) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
+def _record_batches(log: RolloutLog, batch_rows: int
+                    ) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
     """The log's work items in order, after the checks that span batches: record batches
-    cut to at most ``WORK_TOKENS`` tokens each."""
+    (at most ``batch_rows`` rows) cut to at most ``WORK_TOKENS`` tokens each."""
     seen: set[str] = set()
-    for file, first, batch in iter_record_batches(cfg.log, MASK_INPUT_COLUMNS, cfg.batch_rows,
-                                                  max_tokens=BATCH_TOKENS):
+    for file, first, batch in log.iter_batches(MASK_INPUT_COLUMNS, batch_rows,
+                                               max_tokens=BATCH_TOKENS):
         report = ValidationReport(str(file), max_errors=1)
         check_sample_ids(batch, str(file), first, report, seen)
         _raise_first(report)
@@ -204,17 +209,30 @@ def output_schema(names: Sequence[str], thresholds: Thresholds, vocab: int,
         **({"tokenizer": meta.tokenizer} if meta.tokenizer else {})})
 
 
-def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None
-              ) -> MasksSummary:
+def open_logs(cfg: MasksConfig) -> list[RolloutLog]:
+    """Each log of ``cfg.log`` opened (:meth:`RolloutLog.open`: ``validate``'s file-level
+    checks) with its train columns checked; several logs must agree on their footers'
+    conventions (:func:`~pdm_replay.io.log.check_logs_agree`). No row is read."""
+    logs = [RolloutLog.open(log) for log in
+            (cfg.log if isinstance(cfg.log, (list, tuple)) else [cfg.log])]
+    for log in logs:
+        check_train_columns(log)
+    check_logs_agree(logs)
+    return logs
+
+
+def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None = None,
+              log: RolloutLog | None = None) -> MasksSummary:
     """Stream the log, write tokens/v1 to ``cfg.out`` atomically, return the summary.
+    ``log``: ``cfg.log`` already opened (:func:`open_logs`), else opened here.
 
     One thread reads ahead, ``cfg.workers`` threads validate and compute batches, one
     writes behind (:mod:`pdm_replay.io.background`); results keep the log's order.
     ``on_progress(rows_done, tokens_done)`` is called after each record batch.
     """
     names = resolve_names(cfg.masks)
-    meta = check_schema(cfg.log)  # validate's file-level checks before any row is read
-    _check_train_columns(cfg.log)
+    log = log or open_logs(cfg)[0]  # validate's file-level checks before any row is read
+    meta = log.meta
     vocab = cfg.vocab_size or meta.vocab_size
     masks = build_masks(names, cfg.thresholds)
     schema = output_schema(names, cfg.thresholds, vocab, meta, str(cfg.log))
@@ -223,10 +241,10 @@ def run_masks(cfg: MasksConfig, on_progress: Callable[[int, int], None] | None =
     counts: list[pa.Table] = []  # per-step counts of each batch (run_summary)
     rows = tokens = 0
     work = partial(batch_tokens, vocab=vocab, meta=meta, masks=masks)
+    items = prefetch(_record_batches(log, cfg.batch_rows or BATCH_ROWS))
     with (torch_threads(cfg.threads), threaded_arrow_pool(),
           AtomicParquetWriter(cfg.out, schema) as writer, BackgroundSink(writer.write) as sink):
-        for n_rows, table in ordered_map(work, prefetch(_record_batches(cfg)),
-                                         workers=cfg.workers or default_workers()):
+        for n_rows, table in ordered_map(work, items, workers=cfg.workers or default_workers()):
             if table is not None:
                 sink.put(table)
                 counts.append(step_counts(table, names, pairs, regions))

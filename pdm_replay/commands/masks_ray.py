@@ -25,26 +25,25 @@ import pickle
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pdm_replay.commands.masks import (MASK_INPUT_COLUMNS, WORK_TOKENS, MasksConfig,
-                                       MasksSummary,
-                                       _check_train_columns, _raise_first, batch_tokens,
+                                       MasksSummary, _raise_first, batch_tokens, open_logs,
                                        output_schema, pair_regions, summary_of, token_slices)
 from pdm_replay.commands.sample_ids import check_unique, id_hashes, save_ids
 from pdm_replay.io.atomic import AtomicParquetWriter
-from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
+from pdm_replay.io.log import RolloutLog, is_uri
+from pdm_replay.io.reader import read_table
 from pdm_replay.masks import (MaskPair, Thresholds, build_masks, load_mask_module, mask_pairs,
                               resolve_names)
 from pdm_replay.run_summary import SUMMARY_SCHEMA, step_counts
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.threads import torch_threads
-from pdm_replay.checks import ValidationReport, check_sample_ids, check_schema
+from pdm_replay.checks import ValidationReport, check_sample_ids
 
 RESULT_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()),
                            ("parts", pa.list_(pa.string())),
@@ -71,12 +70,15 @@ class BlockContext:
 
 @dataclass
 class RayPlan:
-    """The driver's view of the job: input files with their footer row counts."""
+    """The driver's view of the job: input files with their footer row counts, the
+    columns read, and the most rows per ``map_batches`` batch (``batch_rows``)."""
 
     files: list[str]
     rows: dict[str, int]
     ctx: BlockContext
     keys: dict[str, str] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=lambda: list(MASK_INPUT_COLUMNS))
+    batch_rows: int | None = None  # None: whole blocks
 
 
 def file_key(path: str) -> str:
@@ -181,58 +183,37 @@ def _ray_name(path: str) -> str:
     return path.split("://", 1)[1] if "://" in path else path
 
 
-def input_files(logs: Sequence[Path | str]) -> list[str]:
-    """Every Parquet file of the logs: local paths made absolute (``list_parquet_files``),
-    URIs listed through their pyarrow filesystem."""
-    out: list[str] = []
-    for log in logs:
-        text = str(log)
-        if "://" not in text:
-            out += [str(f.resolve()) for f in list_parquet_files(Path(text))]
-            continue
-        from pyarrow import fs
-        filesystem, root = fs.FileSystem.from_uri(text)
-        infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True))
-        scheme = text.split("://", 1)[0]
-        out += sorted(f"{scheme}://{i.path}" for i in infos
-                      if i.is_file and i.path.endswith(".parquet"))
-    return out
-
-
 def logs_of(cfg: MasksConfig) -> list[Path | str]:
     """The logs of a run: ``cfg.log``, or each of a tuple of them."""
     return list(cfg.log) if isinstance(cfg.log, (list, tuple)) else [cfg.log]
 
 
-def footer(path: str) -> pq.ParquetFile:
-    """The Parquet footer of one input file, local or a pyarrow filesystem URI."""
-    if "://" not in path:
-        return open_parquet(path)
-    from pyarrow import fs
-    filesystem, inner = fs.FileSystem.from_uri(path)
-    return pq.ParquetFile(inner, filesystem=filesystem)
+def _ray_file(file: Path | str) -> str:
+    """A log's file as Ray reads it: a local path made absolute, a URI as it is."""
+    return str(file) if is_uri(file) else str(Path(file).resolve())
 
 
-def plan_job(cfg: MasksConfig, stage: Path) -> RayPlan:
-    """The local command's file-level checks on every local log, then the job's plan."""
-    names, logs = resolve_names(cfg.masks), logs_of(cfg)
-    local = [Path(log) for log in logs if "://" not in str(log)]
-    metas = [check_schema(log) for log in local]  # validate's file-level checks, as local
-    for log in local:
-        _check_train_columns(log)
-    files = input_files(logs)
-    meta = metas[0] if metas else RolloutMeta.from_metadata(
-        footer(files[0]).schema_arrow.metadata, files[0])
+def plan_job(cfg: MasksConfig, stage: Path, logs: list[RolloutLog] | None = None
+             ) -> RayPlan:
+    """The local command's file-level checks on every log (local paths and URIs alike:
+    :func:`~pdm_replay.commands.masks.open_logs`, unless ``logs`` are given opened),
+    then the job's plan."""
+    names = resolve_names(cfg.masks)
+    logs = logs or open_logs(cfg)
+    meta = logs[0].meta
     vocab = cfg.vocab_size or meta.vocab_size
-    source = ",".join(str(log) for log in logs)
+    source = ",".join(str(log) for log in logs_of(cfg))
     pairs = tuple(mask_pairs(names))
+    rows = {_ray_file(part.path): part.rows for log in logs for part in log.parts}
+    files = list(rows)
     keys = {_ray_name(f): file_key(f) for f in files}
     ctx = BlockContext(str(stage), output_schema(names, cfg.thresholds, vocab, meta, source),
                        tuple(names), cfg.thresholds, vocab, meta, pairs,
                        pair_regions(list(pairs), cfg.thresholds), keys, cfg.threads,
                        tuple(str(Path(m).resolve()) for m in cfg.mask_modules or ()))
-    rows = {f: footer(f).metadata.num_rows for f in files}
-    return RayPlan(files, rows, ctx, {f: file_key(f) for f in files})
+    columns = frozenset.intersection(*(log.columns for log in logs))
+    return RayPlan(files, rows, ctx, {f: file_key(f) for f in files},
+                   [c for c in MASK_INPUT_COLUMNS if c in columns], cfg.batch_rows)
 
 
 @dataclass
@@ -284,10 +265,10 @@ def execute(plan: RayPlan, todo: list[str], stage: Path, workers: int | None,
     todo = [f for f in todo if plan.rows[f]]
     if not todo:
         return
-    present = footer(todo[0]).schema_arrow.names  # optional columns as the log has
-    columns = [c for c in MASK_INPUT_COLUMNS if c in present]
-    ds = ray.data.read_parquet(todo, columns=columns, include_paths=True)
-    results = ds.map_batches(process_block, batch_size=None, batch_format="pyarrow",
+    ds = ray.data.read_parquet(todo, columns=plan.columns, include_paths=True)
+    # batch_size: a task's blocks cut into batches of at most batch_rows rows, each
+    # processed (and its parts written) alone, as the local command's record batches
+    results = ds.map_batches(process_block, batch_size=plan.batch_rows, batch_format="pyarrow",
                              zero_copy_batch=True, fn_kwargs={"ctx": plan.ctx},
                              concurrency=workers)
     for batch in results.iter_batches(batch_size=None, batch_format="pyarrow"):
@@ -326,17 +307,18 @@ def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
     return summary
 
 
-def run_masks_ray(cfg: MasksConfig, on_progress: Callable[[int], None] | None = None
-                  ) -> MasksSummary:
+def run_masks_ray(cfg: MasksConfig, on_progress: Callable[[int], None] | None = None,
+                  logs: list[RolloutLog] | None = None) -> MasksSummary:
     """``pdm-replay masks --engine ray``: write ``cfg.out`` (a directory) atomically and
     return the summary. An input problem raises the local command's error and leaves
     nothing; any other failure (a killed driver) leaves the staging directory that
-    ``resume`` continues. ``on_progress(rows_done)`` is called as blocks finish."""
+    ``resume`` continues. ``on_progress(rows_done)`` is called as blocks finish;
+    ``logs``: ``cfg.log`` already opened (:func:`~pdm_replay.commands.masks.open_logs`)."""
     from pdm_replay.cluster.ray_engine import connected
     from pdm_replay.io.staged import discard_staging, open_staging, read_markers
     stage = open_staging(cfg.out, cfg.resume)
     try:
-        plan = plan_job(cfg, stage)
+        plan = plan_job(cfg, stage, logs)
         done = {m for m in read_markers(stage)} & set(plan.keys.values())
         _clear_unfinished(stage, done)
         todo = [f for f in plan.files if plan.keys[f] not in done]

@@ -1,15 +1,16 @@
 """``recompute --engine ray``: the work units on model-holding Ray actors (Ray Data).
 
-The driver lists the units (:func:`pdm_replay.commands.recompute.plan`: consecutive rows of
-one step, in step order) as a Ray dataset of descriptors (step, global row indices), one
-block each, and ``map_batches`` runs them on a pool of :class:`RecomputeActor` s (a
-callable class: a pool of ``workers`` actors, ``num_gpus`` each when the cluster has GPUs).
-Each actor reads its unit's rows itself (the log and the checkpoints must be at the same
-path on every node: a shared file system) and holds one step's checkpoint at a time, so
-with the units in step order it loads each step's checkpoint once. The actor runs
-:class:`~pdm_replay.commands.recompute.StepRecomputer`, the local engine's code, and the
-driver writes the blocks in unit order (``preserve_order``): the output equals the local
-engine's row for row.
+The driver lists the units (:func:`pdm_replay.commands.recompute_plan.plan`: consecutive
+rows of one step, in step order; under ``resume`` only the unfinished ones) as a Ray
+dataset of descriptors (step, global row indices), one block each, and ``map_batches``
+runs them on a pool of :class:`RecomputeActor` s (a callable class: a pool of ``workers``
+actors, ``num_gpus`` each when the cluster has GPUs). Each actor reads its unit's rows
+itself (the log and the checkpoints must be at the same path on every node: a shared file
+system) and holds one step's checkpoint at a time, so with the units in step order it
+loads each step's checkpoint once. The actor runs
+:class:`~pdm_replay.commands.recompute_plan.StepRecomputer`, the local engine's code, and
+the driver stages the blocks in unit order (``preserve_order``;
+:mod:`pdm_replay.commands.recompute`): the output equals the local engine's row for row.
 
 Pattern as in Ray Data's batch-inference guide (``ray.data.Dataset.map_batches`` with a
 callable class and ``concurrency``; ``ray/data/dataset.py``, ``map_batches``).
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from pdm_replay.commands.recompute import Plan, RecomputeConfig, StepRecomputer, Unit
+from pdm_replay.commands.recompute_plan import Plan, RecomputeConfig, StepRecomputer, Unit
 from pdm_replay.cluster.ray_engine import connected
 
 ERROR_COLUMN = "__pdm_replay_error__"  # an actor's input error, pickled

@@ -16,9 +16,8 @@ from pathlib import Path
 
 from pdm_replay.checks import Problem, ValidationReport, check_batch, check_columns
 from pdm_replay.errors import InputError
-from pdm_replay.io.reader import (BATCH_TOKENS, iter_record_batches, list_parquet_files,
-                                  read_schema)
-from pdm_replay.schema import RolloutMeta
+from pdm_replay.io.log import list_log_files, read_footer
+from pdm_replay.io.reader import BATCH_TOKENS, file_batches
 
 
 def validate_log(path: Path | str, *, max_errors: int = 50,
@@ -26,7 +25,7 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
     """Check every file of the log at ``path``; never raises on bad data, reports it."""
     report = ValidationReport(str(path), max_errors=max_errors)
     try:
-        files = list_parquet_files(path)
+        filesystem, files = list_log_files(path)
     except FileNotFoundError as exc:
         report.add(Problem(str(path), None, None, "not-found", str(exc)))
         return report
@@ -34,8 +33,7 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
     seen: set[str] = set()
     for f in files:
         try:
-            schema = read_schema(f)
-            meta = RolloutMeta.from_metadata(schema.metadata, str(f))
+            part, meta = read_footer(f, filesystem)
         except InputError as exc:
             report.add(Problem(str(f), None, None, "unreadable", exc.message
                                + (f"; {exc.fix}" if exc.fix else "")))
@@ -44,11 +42,12 @@ def validate_log(path: Path | str, *, max_errors: int = 50,
             report.add(Problem(str(f), None, None, "footer", str(exc)))
             continue
         report.meta = report.meta or meta
-        if not check_columns(schema, str(f), report):
+        if not check_columns(part.schema, str(f), report):
             continue
         try:
-            for _, first, batch in iter_record_batches(f, batch_rows=batch_rows,
-                                                       max_tokens=BATCH_TOKENS):
+            for _, first, batch in file_batches(f, batch_rows=batch_rows,
+                                                max_tokens=BATCH_TOKENS,
+                                                filesystem=filesystem):
                 check_batch(batch, str(f), first, meta.vocab_size, report, seen,
                             max_topk=meta.max_topk_entries)
         except InputError as exc:  # a corrupt page: the rest of this file is unreadable

@@ -25,11 +25,12 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pdm_replay.errors import reading
 from pdm_replay.math.rows import take_rows
-from pdm_replay.schema import RolloutMeta
+from pdm_replay.schema import FILE_AGREEING, RolloutMeta, check_agree
 
 PAD_ID = -1
 DEFAULT_BATCH_ROWS = 2048
@@ -56,17 +57,22 @@ def list_parquet_files(path: Path | str) -> list[Path]:
     return files
 
 
-def open_parquet(path: Path | str) -> pq.ParquetFile:
+def open_parquet(path: Path | str, filesystem: pafs.FileSystem | None = None
+                 ) -> pq.ParquetFile:
     """A ParquetFile for streaming: ``pre_buffer`` off, since pyarrow would otherwise buffer
     every column chunk of the file up front (RSS grew with the log: 1.8 GB for 8M tokens).
+    ``filesystem``: where ``path`` (a URI, ``scheme://location``) is read from
+    (:class:`pdm_replay.io.log.RolloutLog` opens a URI log's files so).
 
     Page checksums are verified where the file has them (every file this package writes:
     :mod:`pdm_replay.io.atomic`), so a flipped byte is an error, not a plausible number.
     An unreadable file raises :class:`~pdm_replay.errors.InputError` naming it; reading
     its pages can still fail later, so iterate inside :func:`pdm_replay.errors.reading`.
     """
+    source = path if filesystem is None else str(path).split("://", 1)[-1]
     with reading(path):
-        return pq.ParquetFile(path, pre_buffer=False, page_checksum_verification=True)
+        return pq.ParquetFile(source, filesystem=filesystem, pre_buffer=False,
+                              page_checksum_verification=True)
 
 
 def read_schema(path: Path | str) -> pa.Schema:
@@ -82,25 +88,13 @@ def read_table(path: Path | str, columns: Sequence[str] | None = None) -> pa.Tab
 
 
 def read_meta(path: Path | str) -> RolloutMeta:
-    """Footer metadata of a log; every file of a directory must agree on vocab and K."""
+    """Footer metadata of a log; every file of a directory must agree on vocab and K
+    convention (:data:`~pdm_replay.schema.FILE_AGREEING`)."""
     files = list_parquet_files(path)
-    metas = [RolloutMeta.from_metadata(read_schema(f).metadata, str(f)) for f in files]
-    first = metas[0]
-    for f, m in zip(files[1:], metas[1:]):
-        if (m.vocab_size, m.topk_convention) != (first.vocab_size, first.topk_convention):
-            raise ValueError(f"{f}: vocab_size/topk_convention {m.vocab_size}/"
-                             f"{m.topk_convention} differ from {files[0]} "
-                             f"({first.vocab_size}/{first.topk_convention}); split the log")
-    return first
-
-
-def count_rows(path: Path | str) -> int:
-    """Rows of every file of a log, from the footers."""
-    return sum(open_parquet(f).metadata.num_rows for f in list_parquet_files(path))
-
-
-def available_columns(path: Path | str) -> set[str]:
-    return set(read_schema(list_parquet_files(path)[0]).names)
+    metas = [(str(f), RolloutMeta.from_metadata(read_schema(f).metadata, str(f)))
+             for f in files]
+    check_agree(metas, FILE_AGREEING, "split the log")
+    return metas[0][1]
 
 
 def mean_response_length(pf: pq.ParquetFile) -> float:
@@ -127,22 +121,29 @@ def rows_for_tokens(pf: pq.ParquetFile, max_rows: int, max_tokens: int | None) -
     return max(1, min(max_rows, int(max_tokens / mean)))
 
 
+def file_batches(file: Path | str, columns: Sequence[str] | None = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS, max_tokens: int | None = None,
+                 filesystem: pafs.FileSystem | None = None
+                 ) -> Iterator[tuple[Path | str, int, pa.RecordBatch]]:
+    """Yield ``(file, first_row_index_in_file, batch)`` of one file (``columns`` that it
+    holds); memory is bounded by ``batch_rows`` and, given ``max_tokens``, by about that
+    many response tokens per batch (long responses get fewer rows per batch)."""
+    with reading(file):  # a corrupt page fails mid-file: still an error naming it
+        pf = open_parquet(file, filesystem)
+        cols = [c for c in columns if c in pf.schema_arrow.names] if columns else None
+        row = 0
+        for batch in pf.iter_batches(batch_size=rows_for_tokens(pf, batch_rows, max_tokens),
+                                     columns=cols):
+            yield file, row, batch
+            row += batch.num_rows
+
+
 def iter_record_batches(path: Path | str, columns: Sequence[str] | None = None,
                         batch_rows: int = DEFAULT_BATCH_ROWS, max_tokens: int | None = None
                         ) -> Iterator[tuple[Path, int, pa.RecordBatch]]:
-    """Yield ``(file, first_row_index_in_file, batch)``; memory is bounded by ``batch_rows``
-    and, given ``max_tokens``, by about that many response tokens per batch (long
-    responses get fewer rows per batch)."""
+    """:func:`file_batches` of every file of the log at ``path``, in order."""
     for f in list_parquet_files(path):
-        with reading(f):  # a corrupt page fails mid-file: still an error naming it
-            pf = open_parquet(f)
-            cols = [c for c in columns if c in pf.schema_arrow.names] if columns else None
-            row = 0
-            for batch in pf.iter_batches(batch_size=rows_for_tokens(pf, batch_rows,
-                                                                    max_tokens),
-                                         columns=cols):
-                yield f, row, batch
-                row += batch.num_rows
+        yield from file_batches(f, columns, batch_rows, max_tokens)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
-from pdm_replay.io.reader import iter_flat_tokens, iter_record_batches, read_meta
+from pdm_replay.io.log import RolloutLog
+from pdm_replay.io.reader import flatten_batch
 from pdm_replay.math.metrics import TokenStats
-from pdm_replay.schema import RolloutMeta
 from pdm_replay.tokens import log_stats
 
 DELTA_KL = 0.15
@@ -90,9 +90,10 @@ def _quantile(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if x.size else float("nan")
 
 
-def _token_arrays(path: Path | str, meta: RolloutMeta) -> dict[str, np.ndarray]:
+def _token_arrays(log: RolloutLog) -> dict[str, np.ndarray]:
     parts: dict[str, list[np.ndarray]] = {}
-    for flat in iter_flat_tokens(path):
+    meta = log.meta
+    for flat in (flatten_batch(batch) for _, _, batch in log.iter_batches()):
         keep = flat.loss_mask
         stats = log_stats(flat, meta.vocab_size, meta)
         lp = torch.from_numpy(flat.topk_logprobs[:, :meta.top_k]).double()
@@ -105,8 +106,8 @@ def _token_arrays(path: Path | str, meta: RolloutMeta) -> dict[str, np.ndarray]:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _rewards_and_steps(path: Path | str) -> tuple[np.ndarray, np.ndarray]:
-    batches = [b for _, _, b in iter_record_batches(path, ["reward", "step"])]
+def _rewards_and_steps(log: RolloutLog) -> tuple[np.ndarray, np.ndarray]:
+    batches = [b for _, _, b in log.iter_batches(["reward", "step"])]
     rewards = [pc.fill_null(b.column("reward"), np.nan).to_numpy(zero_copy_only=False)
                for b in batches]
     steps = [b.column("step").to_numpy() for b in batches]
@@ -115,9 +116,10 @@ def _rewards_and_steps(path: Path | str) -> tuple[np.ndarray, np.ndarray]:
 
 def log_statistics(path: Path | str, delta_kl: float = DELTA_KL) -> SampleStats:
     """:class:`SampleStats` of the rollout/v1 log at ``path`` (file or directory)."""
-    meta = read_meta(path)
-    a = _token_arrays(path, meta)
-    all_rewards, steps = _rewards_and_steps(path)
+    log = RolloutLog.open(path)
+    meta = log.meta
+    a = _token_arrays(log)
+    all_rewards, steps = _rewards_and_steps(log)
     rewards = all_rewards[~np.isnan(all_rewards)]
     out = a["kl_topk"] > delta_kl
     return SampleStats(
