@@ -18,8 +18,8 @@ from pdm_replay.testing.fixtures import write_synthetic_log
 @pytest.fixture
 def two_files(tmp_path: Path) -> Path:
     log = tmp_path / "log"
-    write_synthetic_log(log / "a.parquet", n_samples=6, response_len=4, seed=1)
-    write_synthetic_log(log / "b.parquet", n_samples=3, response_len=7, seed=2)
+    write_synthetic_log(log / "a.parquet", n_samples=6, response_len=4, rng_seed=1)
+    write_synthetic_log(log / "b.parquet", n_samples=3, response_len=7, rng_seed=2)
     (log / ".hidden").mkdir()
     write_synthetic_log(log / ".hidden" / "c.parquet", n_samples=2)  # skipped
     return log
