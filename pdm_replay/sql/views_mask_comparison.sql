@@ -10,6 +10,9 @@
 -- Each mask's realized Delta D is read under its own update (update_mask = the mask's name,
 -- where the replay simulated that mask; `actual` under itself); a masks-only run has no
 -- updates, so the Delta D columns are NULL.
+--
+-- The report section's spec (pdm_replay/report/section_catalog.py) registers the views on
+-- every report connection and runs the named query at the end of this file.
 
 -- One row per (family, out-of-region token) with every keep_<mask> column.
 CREATE OR REPLACE VIEW comparison_region AS
@@ -96,3 +99,10 @@ LEFT JOIN agg AS a ON a.name = t.name AND a.family = f.family
 LEFT JOIN own AS o ON o.update_mask = t.name
 LEFT JOIN mask_variants AS v ON v.name = t.name
 LEFT JOIN masks AS m ON m.name = coalesce(v.mask, t.name);
+
+-- name: mask_comparison
+-- Every mask of the run (registry order, `actual` last) x divergence family ($family NULL:
+-- both).
+SELECT * EXCLUDE (ord) FROM mask_comparison
+WHERE $family IS NULL OR family = $family
+ORDER BY family, ord, mask;
