@@ -195,7 +195,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     split = _attribution(db)
     extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
     head = api.headline(db, n_resamples=bootstrap_samples, confidence=confidence,
-                        seed=bootstrap_seed)
+                        rng_seed=bootstrap_seed)
     notes = (*_notes(db.info, health.row(0, named=True), unmeasured),
              *basis_notes(db), *extra)
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)

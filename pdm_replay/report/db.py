@@ -57,7 +57,7 @@ from pdm_replay.masks import MASK_SPECS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table,
                                            comparisons_table, mask_region, plan,
                                            region_columns)
-from pdm_replay.names import DEFAULT_MEMORY_LIMIT
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT, sql_names
 from pdm_replay.report.run_info import RunInfo, discover_run
 from pdm_replay.report.section_catalog import view_files
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
@@ -269,7 +269,7 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
         "hive_partitioning": info.kind == "replay",
         "eps": t.eps, "eps_low": t.eps_low, "eps_high": t.eps_high,
         "delta_kl": t.delta_kl, "delta_tv": t.delta_tv,
-        "thresholds_source": info.thresholds_source, "step": step,
+        "thresholds_source": info.thresholds_source, "step": step, **sql_names(),
     })
     con.execute(load_sql("base_tokens.sql"))
     con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
