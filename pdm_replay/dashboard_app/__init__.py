@@ -15,7 +15,7 @@ page (:mod:`pdm_replay.report.sections`: its own script, or the generic section 
 
 >>> APP_FILE.name, sorted(p.name for p in PAGES_DIR.glob("[!_]*.py"))[:2]
 ('app.py', ['disagreements.py', 'divergence.py'])
->>> [title for _, title, _ in PAGES][5:7]
+>>> [title for _, title, _ in pages()][5:7]
 ['Mask comparison', 'Mismatch over training']
 """
 
@@ -39,8 +39,7 @@ FIRST_PAGES = (("overview.py", "Overview", ":material/dashboard:"),
                ("divergence.py", "Divergence", ":material/stacked_line_chart:"),
                ("estimators.py", "Estimators", ":material/functions:"),
                ("sign_attribution.py", "Attribution", ":material/call_split:"))
-LAST_PAGES = (("mismatch.py", "Mismatch over training", ":material/show_chart:"),
-              ("log_health.py", "Log health", ":material/health_and_safety:"))
+LAST_PAGES = (("log_health.py", "Log health", ":material/health_and_safety:"),)
 
 
 def pages() -> tuple[tuple[str, str, str], ...]:

@@ -90,10 +90,6 @@ SECTIONS = (
                   "each ratio/predictive pair's out-of-region and disagreement tokens"),
     ("mask_summary", "Mask summary"),
     ("log_health", "Log health"),
-    ("mismatch", "Training–inference mismatch per step, under the trainers' own names "
-                 "(verl rollout_corr/*, TRL sampling/*, top-K; report.mismatch)"),
-    ("keep_stats", "Keep statistics per step and mask, as trainers log them (fractions of "
-                   "the step's tokens; TRL clip_ratio/* for the ratio masks)"),
 )
 HIDDEN_WHEN_EMPTY = ("threshold_comparison", "whole_run")
 
@@ -132,8 +128,6 @@ class Report:
     warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
     section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
     verdicts: tuple[Verdict, ...] = ()  # report.verdict: what the run shows, first
-    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
-    keep_stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
     whole_run: pl.DataFrame = field(default_factory=pl.DataFrame)  # masks --engine ray only
     # each registered report section's frame (report.sections), by its name
     section_frames: dict[str, pl.DataFrame] = field(default_factory=dict)
@@ -200,8 +194,6 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
              *basis_notes(db), *extra)
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
     frames, why = section_frames(db)
-    from pdm_replay.report.mismatch import step_metrics  # torch: not on the dashboard's path
-    mismatch, keep_stats = step_metrics(db)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
@@ -213,7 +205,7 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   section_frames=frames, section_notes=why, verdicts=tuple(verdicts(
                       head, rates, kind=db.info.kind, confidence=confidence,
                       trainer_mask=trainer_mask_of(db.info.manifest))),
-                  mismatch=mismatch, keep_stats=keep_stats, whole_run=_whole_run(db))
+                  whole_run=_whole_run(db))
 
 
 def section_frames(db: ReportDB) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:

@@ -388,11 +388,10 @@ def slope_terms(token: Mapping[str, Any]) -> pl.DataFrame:
 
 
 def mismatch_over_training(db: ReportDB) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The report's per-step ``mismatch`` and ``keep_stats`` tables
-    (:func:`pdm_replay.report.mismatch.step_metrics`): the Mismatch over training page."""
-    from pdm_replay.report.mismatch import step_metrics  # torch loads here, not at start-up
-
-    return step_metrics(db)
+    """The report's per-step ``mismatch`` and ``keep_stats`` sections (one computation,
+    :func:`pdm_replay.report.mismatch.step_metrics`; torch loads here, not at start-up):
+    the Mismatch over training page."""
+    return section_frame(db, "mismatch"), section_frame(db, "keep_stats")
 
 
 def section_frame(db: ReportDB, section: str, **params: Any) -> pl.DataFrame:

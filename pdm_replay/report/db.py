@@ -46,7 +46,7 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import duckdb
 import polars as pl
@@ -124,6 +124,7 @@ class ReportDB:
         self._cached = False
         self.layout = layout or Layout((), (), ())
         self._shared: int | None = None
+        self._memo: dict[str, Any] = {}
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
@@ -134,6 +135,14 @@ class ReportDB:
               sql_file: str | Path = "queries.sql") -> pl.DataFrame:
         """Run the query ``name`` of ``pdm_replay/sql/<sql_file>`` with ``params``."""
         return self.query(named_queries(sql_file)[name], params)
+
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, run once per connection under ``key`` (several report sections of
+        one computation, e.g. :func:`pdm_replay.report.mismatch.step_metrics`'s two tables,
+        read by the report and its plots alike); the run must not change meanwhile."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def shared_samples(self) -> int:
         """How many samples have tokens in several seeds (counted once per connection)."""

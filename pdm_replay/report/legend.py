@@ -69,18 +69,6 @@ CORE_LEGEND: tuple[tuple[str, str], ...] = (
                                   "full-vocabulary Ḋ_kl in [dkl_lo, dkl_hi]; away (toward): "
                                   "sign(Â)·Ḋ > 0 (< 0) over the whole interval, whatever the "
                                   "tail held; uncertain: the interval straddles 0"),
-    ("rollout_corr/* / sampling/* / topk/*", "mismatch over training: per logged step, "
-                                             "verl 0.9's rollout-correction metrics "
-                                             "(compute_offpolicy_metrics, compute_is_metrics, "
-                                             "the rs masks' masked fractions), TRL 1.16's "
-                                             "sampling metrics, and the top-K KL / TV mean, "
-                                             "p99 and out-of-region share at each δ, by the "
-                                             "trainers' own definitions"),
-    ("masked_fraction / clip_ratio/*", "keep statistics: per step and mask, the share of loss "
-                                       "tokens it drops (all, Â > 0, Â < 0, below / above its "
-                                       "region) and of tokens out of its region kept / "
-                                       "dropped; for the ratio masks TRL's clip_ratio/"
-                                       "low_mean, high_mean, region_mean"),
     ("n_tokens / n_seeds", "log health: loss tokens read, and seeds (masks output: the whole "
                            "log is one)"),
     ("n_mass_overflow / mass_overflow_fraction", "log health: tokens whose logged top-K µ mass "

@@ -4,11 +4,11 @@
 - ``direction_terms``: local vs global term of the KL slope on out-of-region tokens,
   coloured by whether the predictive sign agreed with the realized ΔD (update ``none``);
 - ``seed_rates``: per-seed unsafe-keep rate, ratio (x) vs predictive (y);
-- ``mismatch`` / ``keep_stats``: the per-step trainer metrics over steps
-  (:mod:`pdm_replay.report.mismatch_plots`);
 - every report section with a plot (:mod:`pdm_replay.report.sections`), by its name:
   ``mask_comparison``, per mask the realized ΔD on out-of-region tokens under its own
-  update (box p25–p75, whiskers p10–p90) beside its keep fraction.
+  update (box p25–p75, whiskers p10–p90) beside its keep fraction; ``mismatch`` /
+  ``keep_stats``, the per-step trainer metrics over steps
+  (:mod:`pdm_replay.report.mismatch_plots`).
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so this is safe to
 call from a server (the dashboard).
@@ -123,15 +123,10 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
 
 def report_plots(db: ReportDB, *, max_points: int = 20_000) -> dict[str, bytes]:
     """Every report plot of ``db``'s run as PNG bytes, by name."""
-    from pdm_replay.report.mismatch import step_metrics
-    from pdm_replay.report.mismatch_plots import keep_stats_png, mismatch_png
-
-    mismatch, keep_stats = step_metrics(db)
     pngs = {"kept_deltas": kept_deltas_png(api.kept_deltas(db)),
             "direction_terms": direction_terms_png(api.direction_terms(db, limit=max_points)),
             "seed_rates": seed_rates_png(api.seed_rates(db))}
-    pngs.update(section_plots(db))
-    return {**pngs, "mismatch": mismatch_png(mismatch), "keep_stats": keep_stats_png(keep_stats)}
+    return {**pngs, **section_plots(db)}
 
 
 def section_plots(db: ReportDB) -> dict[str, bytes]:

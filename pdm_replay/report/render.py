@@ -63,9 +63,6 @@ PLOT_TITLES = {  # and each report section's plot_title
     "seed_rates": "Per-seed unsafe-keep rate: ratio (x) vs predictive (y); a point below the "
                   "diagonal is a seed where predictive kept fewer unsafe tokens (lower is "
                   "better)",
-    "mismatch": "Training–inference mismatch over steps (verl rollout_corr/*, TRL sampling/*, "
-                "top-K), one panel per metric",
-    "keep_stats": "Masked token fraction per mask over steps, by the sign of Â",
 }
 
 
@@ -259,16 +256,10 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
           # repeat the pair's
           "seed_rates": ("step", "seed", "basis", "pair", "region", "unsafe ratio",
                          "unsafe predictive", "unsafe diff", "outcome", "n measured ratio",
-                         "n measured predictive", "n disagree"),
-          "mismatch": ("step", "rollout_corr/kl", "rollout_corr/k3_kl",
-                       "rollout_corr/chi2_token", "rollout_corr/chi2_seq",
-                       "sampling/importance_sampling_ratio/max", "topk/kl_topk_p99"),
-          "keep_stats": ("step", "mask", "masked_fraction", "masked_fraction_adv_pos",
-                         "masked_fraction_adv_neg", "out_of_region_dropped_fraction",
-                         "clip_ratio/low_mean", "clip_ratio/high_mean")}
-# sections shown with their own headers: display labels, or the trainers' metric names
-# (and every report section whose spec has labels)
-LABELLED = ("headline", "seed_wins", "mismatch", "keep_stats")
+                         "n measured predictive", "n disagree")}
+# sections shown with their own headers: display labels (and every report section whose
+# spec has labels or keeps its headers, e.g. the trainers' metric names)
+LABELLED = ("headline", "seed_wins")
 TERMINAL_WIDTH = 100
 
 
@@ -310,7 +301,7 @@ def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
     spec = SECTIONS.get(key)
-    if key not in LABELLED and not (spec and spec.labels is not None):
+    if key not in LABELLED and not (spec and (spec.labels is not None or spec.headers)):
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []

@@ -7,7 +7,7 @@ module with its frame / plot functions where the named query alone is not the fr
 an entry here.
 
 >>> [s.name for s in SECTIONS.values()]
-['mask_comparison']
+['mask_comparison', 'mismatch', 'keep_stats']
 >>> MASK_COMPARISON.page.title, MASK_COMPARISON.after
 ('Mask comparison', 'mask_summary')
 """
@@ -18,7 +18,7 @@ from pdm_replay.report.sections import (SECTIONS, ReportSection, SectionPage, le
                                         ordered, percent_columns, register_section,
                                         resolve, signed_columns, view_files)
 
-__all__ = ["MASK_COMPARISON", "SECTIONS", "ReportSection", "SectionPage", "legend_terms",
+__all__ = ["KEEP_STATS", "MASK_COMPARISON", "MISMATCH", "SECTIONS", "ReportSection", "SectionPage", "legend_terms",
            "ordered", "percent_columns", "register_section", "resolve", "signed_columns",
            "view_files"]
 
@@ -62,4 +62,47 @@ MASK_COMPARISON = register_section(ReportSection(
                 "0 kept the divergence down"),
     page=SectionPage("Mask comparison", ":material/compare:", script="mask_comparison.py"),
     after="mask_summary",
+))
+
+# Training–inference mismatch and keep statistics per logged step, under the trainers' own
+# names (pdm_replay.report.mismatch: one computation for both, its SQL queries_mismatch.sql,
+# read by the frame functions); one dashboard page shows both.
+MISMATCH = register_section(ReportSection(
+    name="mismatch",
+    title=("Training–inference mismatch per step, under the trainers' own names (verl "
+           "rollout_corr/*, TRL sampling/*, top-K; report.mismatch)"),
+    frame="pdm_replay.report.mismatch:mismatch_table",
+    headers=True,  # the trainers' metric names, as W&B shows them
+    narrow=("step", "rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/chi2_token",
+            "rollout_corr/chi2_seq", "sampling/importance_sampling_ratio/max",
+            "topk/kl_topk_p99"),
+    legend=(("rollout_corr/* / sampling/* / topk/*",
+             "mismatch over training: per logged step, verl 0.9's rollout-correction metrics "
+             "(compute_offpolicy_metrics, compute_is_metrics, the rs masks' masked "
+             "fractions), TRL 1.16's sampling metrics, and the top-K KL / TV mean, p99 and "
+             "out-of-region share at each δ, by the trainers' own definitions"),),
+    plot="pdm_replay.report.mismatch_plots:mismatch_png",
+    plot_title=("Training–inference mismatch over steps (verl rollout_corr/*, TRL "
+                "sampling/*, top-K), one panel per metric"),
+    page=SectionPage("Mismatch over training", ":material/show_chart:", script="mismatch.py"),
+    after="log_health",
+))
+
+KEEP_STATS = register_section(ReportSection(
+    name="keep_stats",
+    title=("Keep statistics per step and mask, as trainers log them (fractions of the step's "
+           "tokens; TRL clip_ratio/* for the ratio masks)"),
+    frame="pdm_replay.report.mismatch:keep_stats_table",
+    headers=True,
+    narrow=("step", "mask", "masked_fraction", "masked_fraction_adv_pos",
+            "masked_fraction_adv_neg", "out_of_region_dropped_fraction",
+            "clip_ratio/low_mean", "clip_ratio/high_mean"),
+    legend=(("masked_fraction / clip_ratio/*",
+             "keep statistics: per step and mask, the share of loss tokens it drops (all, "
+             "Â > 0, Â < 0, below / above its region) and of tokens out of its region kept / "
+             "dropped; for the ratio masks TRL's clip_ratio/low_mean, high_mean, "
+             "region_mean"),),
+    plot="pdm_replay.report.mismatch_plots:keep_stats_png",
+    plot_title="Masked token fraction per mask over steps, by the sign of Â",
+    after="mismatch",  # on the Mismatch over training page
 ))

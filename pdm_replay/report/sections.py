@@ -71,8 +71,10 @@ class ReportSection:
     named query with ``params``); ``note``: ``note(frame, db) -> str | None``, why some
     cells are empty; ``labels``: ``{column: label}``, the shown columns under their labels
     (None: every column under its own name, snake_case relabelled on the terminal);
-    ``percent`` / ``signed``: columns printed as percent / with their sign; ``narrow``: the
-    labels a 100-column terminal shows (``--wide``: all); ``legend``: ``(term, text)``
+    ``headers``: print the column names as they are (trainers' metric names; default:
+    snake_case relabelled on the terminal); ``percent`` / ``signed``: columns printed as
+    percent / with their sign; ``narrow``: the labels a 100-column terminal shows
+    (``--wide``: all); ``legend``: ``(term, text)``
     lines of the legend; ``plot``: ``plot(frame) -> PNG bytes`` and ``plot_title``;
     ``page``: its dashboard page; ``after``: the section it is printed after (None: last);
     ``hide_empty``: leave the section out of the report when it has no rows.
@@ -85,6 +87,7 @@ class ReportSection:
     frame: Callable[..., Any] | str | None = None
     note: Callable[..., Any] | str | None = None
     labels: Mapping[str, str] | None = None
+    headers: bool = False
     percent: tuple[str, ...] = ()
     signed: tuple[str, ...] = ()
     narrow: tuple[str, ...] = ()
