@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-class ReportDB(Protocol):
+class SectionDB(Protocol):
     """What a section reads: :class:`pdm_replay.report.db.ReportDB` (not imported: the
     connection registers the sections' views, so it imports this registry)."""
 
@@ -102,7 +102,7 @@ class ReportSection:
     def query_name(self) -> str:
         return self.query or self.name
 
-    def compute(self, db: "ReportDB", **params: Any) -> "pl.DataFrame":
+    def compute(self, db: SectionDB, **params: Any) -> "pl.DataFrame":
         """The section's frame on ``db`` (``params``: its query's, e.g. a filter)."""
         if self.frame is not None:
             return resolve(self.frame)(db, **params)
@@ -110,7 +110,7 @@ class ReportSection:
             raise ValueError(f"section {self.name!r}: neither a frame function nor its sql")
         return db.named(self.query_name, params, sql_file=self.sql)
 
-    def why_empty(self, frame: "pl.DataFrame", db: "ReportDB") -> str | None:
+    def why_empty(self, frame: "pl.DataFrame", db: SectionDB) -> str | None:
         """The note shown under the section's table (None: nothing to explain)."""
         return resolve(self.note)(frame, db) if self.note is not None else None
 
