@@ -12,14 +12,26 @@ import os
 
 import streamlit as st
 
-from pdm_replay.dashboard_app import ENV_RUN_DIR, PAGES, PAGES_DIR
+from pdm_replay.dashboard_app import ENV_RUN_DIR, PAGES, PAGES_DIR, page_target
+
+
+def _page(i: int, name: str, title: str, icon: str) -> st.Page:
+    """A page script, or the generic page of a report section (``section.py#<name>``)."""
+    script, section = page_target(name)
+    if section is None:
+        return st.Page(PAGES_DIR / script, title=title, icon=icon, default=(i == 0))
+    from pdm_replay.dashboard_app.page_scripts.section import render
+
+    def page() -> None:
+        render(section)
+    return st.Page(page, title=title, icon=icon, url_path=section, default=(i == 0))
+
 
 def main() -> None:
     """Configure the page, register the pages with ``st.navigation`` and run the chosen one."""
     st.set_page_config(page_title="pdm-replay dashboard", page_icon=":material/insights:",
                        layout="wide")
-    pages = [st.Page(PAGES_DIR / name, title=title, icon=icon, default=(i == 0))
-             for i, (name, title, icon) in enumerate(PAGES)]
+    pages = [_page(i, *entry) for i, entry in enumerate(PAGES)]
     nav = st.navigation(pages)
     st.sidebar.caption(f"Run: `{os.environ.get(ENV_RUN_DIR) or '(none)'}`")
     nav.run()

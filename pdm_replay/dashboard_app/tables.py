@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
+from pdm_replay.names import ACTUAL
 from pdm_replay.report.dashboard_api import pair_options
 from pdm_replay.report.render import format_value, threshold_cell
 
@@ -86,7 +87,7 @@ HEADLINE_LABELS = {"unsafe_ratio_pooled": "ratio pooled", "unsafe_predictive_poo
                    "pair": "pair", "delta": "δ"}
 # the widest cell each key column holds (a rate: "100.0%"); the pair's is the registry's
 # longest pair name
-HEADLINE_WIDEST = {"delta": "[0.5, 5.0]", "basis": "actual", "outcomes": "10/10/10/10",
+HEADLINE_WIDEST = {"delta": "[0.5, 5.0]", "basis": ACTUAL, "outcomes": "10/10/10/10",
                    "sign_test_p": "0.0923", "wilcoxon_p": "0.0266"}
 
 

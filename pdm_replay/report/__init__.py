@@ -22,7 +22,10 @@ _API = ("alignment", "alignment_by_seed", "behavior_fidelity", "direction_terms"
         "mask_summary", "seed_rates", "seed_wins", "settings", "sign_accuracy")
 _HOME = {**{name: "api" for name in _API}, "Report": "build", "ReportConfig": "build",
          "build_report": "build", "ReportDB": "db", "connect": "db", "load_sql": "db",
-         "RunInfo": "run_info", "discover_run": "run_info"}
+         "RunInfo": "run_info", "discover_run": "run_info",
+         # report sections (report.sections), the built-in ones registered first
+         "ReportSection": "section_catalog", "SectionPage": "section_catalog",
+         "register_section": "section_catalog"}
 __all__ = sorted(_HOME)
 
 

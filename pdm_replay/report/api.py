@@ -132,7 +132,7 @@ def seed_rates(db: ReportDB) -> pl.DataFrame:
 
 
 def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
-              seed: int = 0) -> pl.DataFrame:
+              rng_seed: int = 0) -> pl.DataFrame:
     """Per basis and comparison: the seed outcomes of :func:`headline` (wins: predictive
     lower unsafe-keep rate than ratio; empty: a side kept no measured token), the tests
     over independent seeds and the per-seed mean difference with its interval.
@@ -147,7 +147,7 @@ def seed_wins(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95
     True
     """
     return seed_wins_of(headline(db, n_resamples=n_resamples, confidence=confidence,
-                                 seed=seed))
+                                 rng_seed=rng_seed))
 
 
 def seed_wins_of(head: pl.DataFrame) -> pl.DataFrame:

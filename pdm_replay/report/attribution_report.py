@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from pdm_replay.names import NONE
 from pdm_replay.report.db import ReportDB
 
 QUERIES = "queries_attribution.sql"
@@ -42,7 +43,7 @@ SHARE_COLUMNS = frozenset({"geometry_share", "interference_share", "curvature_sh
                            "parameter_space_share", "curvature_all_share"})
 
 
-def attribution_split(db: ReportDB, *, update_mask: str = "none",
+def attribution_split(db: ReportDB, *, update_mask: str = NONE,
                       by_seed: bool = False) -> pl.DataFrame:
     """Each direction predictor's sign errors on out-of-region KL tokens kept by
     ``update_mask``'s update, split into geometry / interference / curvature.
@@ -58,7 +59,7 @@ def attribution_split(db: ReportDB, *, update_mask: str = "none",
     return db.named(name, {"update_mask": update_mask}, sql_file=QUERIES)
 
 
-def attribution_points(db: ReportDB, *, update_mask: str = "none",
+def attribution_points(db: ReportDB, *, update_mask: str = NONE,
                        limit: int = 5000) -> pl.DataFrame:
     """Out-of-region KL tokens kept by ``update_mask`` with the realized change
     ``delta_d`` and its parts ``lin``, ``curv``, ``self_term``, ``cross_term`` (at most

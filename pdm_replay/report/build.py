@@ -29,11 +29,13 @@ from pdm_replay.report.attribution_report import ATTRIBUTION_NOTE, attribution_s
 from pdm_replay.report.certificate_report import certificate_summary
 from pdm_replay.report.db import DEFAULT_MEMORY_LIMIT, ReportDB
 from pdm_replay.names import REPORT_FORMATS as FORMATS
-from pdm_replay.report.mask_comparison import comparison_note, mask_comparison
 from pdm_replay.report.headline import threshold_comparison
-from pdm_replay.report.legend import (LEGEND, Coverage, ReportWarning, report_warnings,
+from pdm_replay.report.legend import (Coverage, ReportWarning, legend, report_warnings,
                                       run_coverage)
 from pdm_replay.report.masks_output import whole_run
+from pdm_replay.names import ACTUAL, NONE, OWN
+from pdm_replay.report.section_catalog import SECTIONS as REGISTERED
+from pdm_replay.report.section_catalog import ordered
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.report.verdict import Verdict, trainer_mask_of, verdicts
 
@@ -65,11 +67,12 @@ class ReportConfig:
                 if v is not None}
 
 
-# (attribute, title) of every table section, in print order
+# (attribute, title) of every core table section, in print order; the registered report
+# sections (report.sections, report.section_catalog) are printed among them: section_keys
 SECTIONS = (
     ("headline", "Direction analysis (SPEC §6): ratio vs predictive masks, per update "
-                 "basis (actual = the trainer's real step; own = each mask's own simulated "
-                 "update; none = the keep-all update)"),
+                 f"basis ({ACTUAL} = the trainer's real step; {OWN} = each mask's own "
+                 f"simulated update; {NONE} = the simulated update with every token kept)"),
     ("threshold_comparison", "Threshold comparison (the paper's δ study): every δ side by "
                              "side"),
     ("seed_rates", "Unsafe-keep and corrective rates per seed"),
@@ -86,15 +89,20 @@ SECTIONS = (
     ("whole_run", "Whole run (summary.parquet, every token): each mask's kept tokens, "
                   "each ratio/predictive pair's out-of-region and disagreement tokens"),
     ("mask_summary", "Mask summary"),
-    ("mask_comparison", "Mask comparison: keep fraction (the cost in kept gradient) vs the "
-                        "realized ΔD on out-of-region tokens under each mask's own update "
-                        "(lower ΔD: the divergence kept down; `actual` = the trainer's step)"),
     ("log_health", "Log health"),
-    ("mismatch", "Training–inference mismatch per step, under the trainers' own names "
-                 "(verl rollout_corr/*, TRL sampling/*, top-K; report.mismatch)"),
-    ("keep_stats", "Keep statistics per step and mask, as trainers log them (fractions of "
-                   "the step's tokens; TRL clip_ratio/* for the ratio masks)"),
 )
+HIDDEN_WHEN_EMPTY = ("threshold_comparison", "whole_run")
+
+
+def section_keys() -> list[str]:
+    """Every section's key in print order: the core ones and the registered report
+    sections, each after the section its spec names."""
+    return ordered((key for key, _ in SECTIONS), REGISTERED.values())
+
+
+def section_title(key: str) -> str:
+    """The heading of the section ``key`` (core, or its registered spec's title)."""
+    return dict(SECTIONS).get(key) or REGISTERED[key].title
 
 
 @dataclass(frozen=True)
@@ -118,19 +126,32 @@ class Report:
     by: str | None = None  # "step" when every frame has a leading step column
     coverage: Coverage | None = None  # report.legend: what the numbers cover
     warnings: tuple[ReportWarning, ...] = ()  # report.legend: what to distrust
-    mask_comparison: pl.DataFrame = field(default_factory=pl.DataFrame)  # .mask_comparison
     section_notes: dict[str, str] = field(default_factory=dict)  # key -> why cells are empty
     verdicts: tuple[Verdict, ...] = ()  # report.verdict: what the run shows, first
-    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
-    keep_stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # report.mismatch
     whole_run: pl.DataFrame = field(default_factory=pl.DataFrame)  # masks --engine ray only
+    # each registered report section's frame (report.sections), by its name
+    section_frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> pl.DataFrame:
+        """A registered section's frame as an attribute (``report.mask_comparison``)."""
+        frames = self.__dict__.get("section_frames", {})
+        if name in frames:
+            return frames[name]
+        if name in REGISTERED:
+            return pl.DataFrame()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
         only when some comparison was analysed at several δ)."""
-        return [(key, title, getattr(self, key)) for key, title in SECTIONS
-                if key not in ("threshold_comparison", "whole_run")
-                or getattr(self, key).height]
+        shown = []
+        for key in section_keys():
+            frame = getattr(self, key)
+            hidden = (key in HIDDEN_WHEN_EMPTY
+                      or (key in REGISTERED and REGISTERED[key].hide_empty))
+            if frame.height or not hidden:
+                shown.append((key, section_title(key), frame))
+        return shown
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: run description, every table as a list of rows, notes."""
@@ -144,7 +165,7 @@ class Report:
             out[key] = rows[0] if key == "log_health" and self.by is None and rows else rows
         out["confidence"] = self.confidence
         out["by"] = self.by
-        out["legend"] = dict(LEGEND)
+        out["legend"] = dict(legend())
         out["coverage"] = asdict(self.coverage) if self.coverage else None
         out["warnings"] = [asdict(w) for w in self.warnings]
         out["section_notes"] = dict(self.section_notes)
@@ -163,19 +184,16 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
     db.cache_disagreements()
     health = api.log_health(db)
     by_seed = api.alignment_by_seed(db)
-    own = by_seed.filter(pl.col("basis") == "own")
+    own = by_seed.filter(pl.col("basis") == OWN)
     unmeasured = int((own["n_kept"] - own["n_measured"]).sum()) if own.height else 0
     split = _attribution(db)
     extra = (ATTRIBUTION_NOTE,) if db.info.has_updates and not split.height else ()
     head = api.headline(db, n_resamples=bootstrap_samples, confidence=confidence,
-                        seed=bootstrap_seed)
+                        rng_seed=bootstrap_seed)
     notes = (*_notes(db.info, health.row(0, named=True), unmeasured),
              *basis_notes(db), *extra)
     rates, fidelity, coverage = api.seed_rates(db), api.behavior_fidelity(db), run_coverage(db)
-    compared = mask_comparison(db)
-    why = comparison_note(compared, db.info.has_updates)
-    from pdm_replay.report.mismatch import step_metrics  # torch: not on the dashboard's path
-    mismatch, keep_stats = step_metrics(db)
+    frames, why = section_frames(db)
     return Report(info=db.info, headline=head, seed_rates=rates,
                   seed_wins=api.seed_wins_of(head), sign_accuracy=api.sign_accuracy(db),
                   estimator_accuracy=api.estimator_accuracy(db),
@@ -184,11 +202,22 @@ def build_report(db: ReportDB, *, bootstrap_samples: int = 2000, confidence: flo
                   certificates=certificate_summary(db), behavior_fidelity=fidelity,
                   threshold_comparison=threshold_comparison(head), coverage=coverage,
                   warnings=tuple(report_warnings(db, rates, head, fidelity, coverage)),
-                  mask_comparison=compared, section_notes={"mask_comparison": why} if why
-                  else {}, verdicts=tuple(verdicts(
+                  section_frames=frames, section_notes=why, verdicts=tuple(verdicts(
                       head, rates, kind=db.info.kind, confidence=confidence,
                       trainer_mask=trainer_mask_of(db.info.manifest))),
-                  mismatch=mismatch, keep_stats=keep_stats, whole_run=_whole_run(db))
+                  whole_run=_whole_run(db))
+
+
+def section_frames(db: ReportDB) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
+    """Every registered report section's frame on ``db``, and the notes on why some of
+    their cells are empty, by section name."""
+    frames, notes = {}, {}
+    for spec in REGISTERED.values():
+        frames[spec.name] = spec.compute(db)
+        why = spec.why_empty(frames[spec.name], db)
+        if why:
+            notes[spec.name] = why
+    return frames, notes
 
 
 def _whole_run(db: ReportDB) -> pl.DataFrame:
@@ -202,7 +231,7 @@ def _whole_run(db: ReportDB) -> pl.DataFrame:
 def _attribution(db: ReportDB) -> pl.DataFrame:
     """The attribution split under the single updates, the trainer's real step first."""
     splits = [attribution_split(db, update_mask=b) for b in db.layout.bases
-              if b in ("actual", "none")]
+              if b in (ACTUAL, NONE)]
     found = [s for s in splits if s.height]
     return pl.concat(found) if found else attribution_split(db)
 
@@ -213,8 +242,8 @@ def basis_notes(db: ReportDB) -> list[str]:
     info, layout = db.info, db.layout
     notes = []
     trainer = (info.manifest or {}).get("trainer_mask")
-    if "actual" in layout.bases:
-        notes.append("basis actual: ΔD after the trainer's real step (replay --next-checkpoint)"
+    if ACTUAL in layout.bases:
+        notes.append(f"basis {ACTUAL}: ΔD after the trainer's real step (replay --next-checkpoint)"
                      "; each mask's kept tokens are its own decisions on π_pre"
                      + (f"; the trainer used {trainer['mask']}" if trainer else ""))
     for c in layout.comparisons:
@@ -222,8 +251,8 @@ def basis_notes(db: ReportDB) -> list[str]:
             notes.append(f"{c.pair} at δ = {c.delta:g} ({c.region}): no own-update rates, "
                          f"the replay did not simulate both {c.ratio_mask} and "
                          f"{c.predictive_mask} at this δ (replay them with --update-masks "
-                         f"and {threshold_option(c.field, c.delta)}); the `actual` and "
-                         "`none` rates are computed from the stored columns at this δ")
+                         f"and {threshold_option(c.field, c.delta)}); the `{ACTUAL}` and "
+                         f"`{NONE}` rates are computed from the stored columns at this δ")
     return [*notes, *layout.notes]
 
 
@@ -275,12 +304,8 @@ def combine_by_step(reports: dict[int, Report]) -> Report:
     """One report of per-step reports: every frame gains a leading ``step`` column, notes
     are prefixed by their step (run-wide notes once)."""
     first = next(iter(reports.values()))
-    frames = {}
-    for key, _ in SECTIONS:
-        parts = [getattr(r, key).with_columns(pl.lit(step, pl.Int64).alias("step"))
-                 .select("step", pl.exclude("step"))
-                 for step, r in reports.items() if getattr(r, key).width]
-        frames[key] = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    frames = {key: _by_step(reports, key) for key in section_keys()}
+    registered = {key: frames.pop(key) for key in list(frames) if key in REGISTERED}
     shared = set.intersection(*(set(r.notes) for r in reports.values()))
     notes = [n for n in first.notes if n in shared] + [
         f"step {step}: {n}" for step, r in reports.items() for n in r.notes if n not in shared]
@@ -290,4 +315,13 @@ def combine_by_step(reports: dict[int, Report]) -> Report:
     return Report(info=first.info, notes=tuple(notes), confidence=first.confidence,
                   by="step", warnings=tuple(warned), section_notes=first.section_notes,
                   verdicts=tuple(dataclasses.replace(v, step=step) for step, r in
-                                 reports.items() for v in r.verdicts), **frames)
+                                 reports.items() for v in r.verdicts),
+                  section_frames=registered, **frames)
+
+
+def _by_step(reports: dict[int, Report], key: str) -> pl.DataFrame:
+    """Section ``key`` of every per-step report under a leading ``step`` column."""
+    parts = [getattr(r, key).with_columns(pl.lit(step, pl.Int64).alias("step"))
+             .select("step", pl.exclude("step"))
+             for step, r in reports.items() if getattr(r, key).width]
+    return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()

@@ -16,7 +16,7 @@ measured under one *basis*:
 - ``actual``: the trainer's real step (update ``actual``, ``replay --next-checkpoint``);
 - ``own``: each mask's own simulated update, which exists only at the setting it was
   replayed at (``<mask>`` or the sweep variant ``<mask>@<value>``);
-- ``none``: the simulated keep-all update.
+- ``none``: the simulated update with every token kept.
 
 ``actual`` and ``none`` do not depend on the thresholds, so ``report --delta-kl V``
 re-thresholds them without a new replay; ``own`` at a setting no update was simulated at
@@ -54,12 +54,12 @@ import pyarrow as pa
 
 from pdm_replay.masks.kinds import Criterion
 from pdm_replay.masks import MASK_SPECS, MaskPair, Thresholds, mask_pairs, token_region
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.schema import tokens_schema
 
-ACTUAL = "actual"  # the update name `replay --next-checkpoint` writes (replay/actual.py)
-NONE = "none"
-BASES = (ACTUAL, "own", NONE)  # print order: the trainer's real step first
+# ACTUAL: the update name `replay --next-checkpoint` writes (replay/actual.py)
+BASES = (ACTUAL, OWN, NONE)  # print order: the trainer's real step first
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ def comparisons(info: RunInfo, updates: Collection[str], *,
 def bases(updates: Collection[str], *, has_updates: bool) -> list[str]:
     """The bases this run can measure, in print order (``own`` always: without updates
     it carries the counts, with empty rates)."""
-    return [b for b in BASES if b == "own" or (has_updates and b in updates)]
+    return [b for b in BASES if b == OWN or (has_updates and b in updates)]
 
 
 def comparisons_table(cs: list[Comparison], *, has_updates: bool) -> pa.Table:

@@ -40,13 +40,13 @@ import pyarrow.parquet as pq
 
 from pdm_replay.io.reader import list_parquet_files
 from pdm_replay.masks import MASK_SPECS, mask_pairs
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.db import ReportDB, connect, load_sql
-# the Mask comparison page's query (computed in report.mask_comparison only)
-from pdm_replay.report.mask_comparison import comparison_note, mask_comparison  # noqa: F401
 from pdm_replay.report.run_info import RunInfo, discover_run
+from pdm_replay.report.section_catalog import SECTIONS
 
 QUERIES = "dashboard_queries.sql"
-UPDATES = ("own", "ratio", "predictive", "none", "actual")
+UPDATES = (OWN, "ratio", "predictive", NONE, ACTUAL)
 SORT_COLUMNS = ("key", "d_pre", "delta_d", "advantage", "ratio", "d_local", "d_predictive")
 HISTOGRAM_COLUMNS = ("kl_topk", "tv_topk", "mu_mass", "pi_mass")
 SUPPORT_SCHEMA = {"slot": pl.Int64, "token_id": pl.Int64, "distribution": pl.String,
@@ -189,8 +189,8 @@ class DisagreementFilter:
     """Filters of the Disagreements page; None means any.
 
     ``update`` picks whose simulated step ΔD (``delta_d``) is read from: ``own`` (the mask
-    that kept the token), ``ratio`` / ``predictive`` (that mask of the pair), ``none`` or
-    ``actual`` (the trainer's real step).
+    that kept the token), ``ratio`` / ``predictive`` (that mask of the pair), ``none``
+    (every token kept) or ``actual`` (the trainer's real step).
     ``kept_by``: ``ratio`` | ``predictive``; ``adv_sign`` / ``delta_sign``: -1, 0 or 1;
     ``pair``: one of :func:`pair_options`.
     """
@@ -198,7 +198,7 @@ class DisagreementFilter:
     family: str | None = None
     estimator: str | None = None
     seed: int | None = None
-    update: str = "own"
+    update: str = OWN
     kept_by: str | None = None
     adv_sign: int | None = None
     delta_sign: int | None = None
@@ -388,8 +388,23 @@ def slope_terms(token: Mapping[str, Any]) -> pl.DataFrame:
 
 
 def mismatch_over_training(db: ReportDB) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The report's per-step ``mismatch`` and ``keep_stats`` tables
-    (:func:`pdm_replay.report.mismatch.step_metrics`): the Mismatch over training page."""
-    from pdm_replay.report.mismatch import step_metrics  # torch loads here, not at start-up
+    """The report's per-step ``mismatch`` and ``keep_stats`` sections (one computation,
+    :func:`pdm_replay.report.mismatch.step_metrics`; torch loads here, not at start-up):
+    the Mismatch over training page."""
+    return section_frame(db, "mismatch"), section_frame(db, "keep_stats")
 
-    return step_metrics(db)
+
+def section_frame(db: ReportDB, section: str, **params: Any) -> pl.DataFrame:
+    """The frame of the registered report section ``section`` (:mod:`.sections`; its
+    query's ``params``, e.g. ``family``): what its dashboard page shows, the report's."""
+    if section not in SECTIONS:
+        raise ValueError(f"section {section!r}: one of {', '.join(SECTIONS)}")
+    return SECTIONS[section].compute(db, **params)
+
+
+def section_table(db: ReportDB, section: str, **params: Any
+                  ) -> tuple[pl.DataFrame, str | None]:
+    """:func:`section_frame` and the note on why some of its cells are empty (None:
+    nothing to explain), the report's section note."""
+    frame = section_frame(db, section, **params)
+    return frame, SECTIONS[section].why_empty(frame, db)

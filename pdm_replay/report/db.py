@@ -46,7 +46,7 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import duckdb
 import polars as pl
@@ -57,26 +57,44 @@ from pdm_replay.masks import MASK_SPECS, comparison_pairs
 from pdm_replay.report.comparisons import (Comparison, bases, bases_table,
                                            comparisons_table, mask_region, plan,
                                            region_columns)
-from pdm_replay.names import DEFAULT_MEMORY_LIMIT
+from pdm_replay.names import DEFAULT_MEMORY_LIMIT, sql_names
 from pdm_replay.report.run_info import RunInfo, discover_run
+from pdm_replay.report.section_catalog import view_files
 from pdm_replay.schema import UPDATES_V1, keep_column, tokens_schema
 
+# the core views, in dependency order; each report section's views follow
+# (report.sections: its spec's ``sql`` file, the part before its first named query)
 VIEW_FILES = ("views_core.sql", "views_alignment.sql", "views_accuracy.sql",
-              "views_summary.sql", "views_attribution.sql", "views_mask_comparison.sql")
+              "views_summary.sql", "views_attribution.sql")
+QUERY_MARK = "-- name:"
 
 
-def load_sql(name: str) -> str:
-    """The text of ``pdm_replay/sql/<name>``.
+def load_sql(name: str | Path) -> str:
+    """The text of ``pdm_replay/sql/<name>`` (a :class:`~pathlib.Path`: that file, a
+    report section's own).
 
     >>> "CREATE OR REPLACE VIEW tokens" in load_sql("base_tokens.sql")
     True
     """
+    if isinstance(name, Path):
+        return name.read_text(encoding="utf-8")
     return files("pdm_replay").joinpath("sql", name).read_text(encoding="utf-8")
 
 
+def view_statements(name: str | Path) -> str:
+    """The statements of a section's SQL file before its first ``-- name:`` query block.
+
+    >>> "-- name:" in view_statements("views_mask_comparison.sql")
+    False
+    """
+    text = load_sql(name)
+    at = text.find("\n" + QUERY_MARK)
+    return text if at < 0 else text[:at + 1]
+
+
 @lru_cache(maxsize=None)
-def named_queries(name: str = "queries.sql") -> dict[str, str]:
-    """The ``-- name: <query>`` blocks of a packaged SQL file, by name.
+def named_queries(name: str | Path = "queries.sql") -> dict[str, str]:
+    """The ``-- name: <query>`` blocks of a packaged SQL file (or a section's file), by name.
 
     >>> "mask_summary" in named_queries()
     True
@@ -84,7 +102,7 @@ def named_queries(name: str = "queries.sql") -> dict[str, str]:
     queries: dict[str, str] = {}
     current: str | None = None
     for line in load_sql(name).splitlines():
-        if line.startswith("-- name:"):
+        if line.startswith(QUERY_MARK):
             current = line.split(":", 1)[1].strip()
             queries[current] = ""
         elif current is not None:
@@ -106,6 +124,7 @@ class ReportDB:
         self._cached = False
         self.layout = layout or Layout((), (), ())
         self._shared: int | None = None
+        self._memo: dict[str, Any] = {}
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``sql`` with ``$name`` parameters bound from ``params``; a polars DataFrame."""
@@ -113,9 +132,17 @@ class ReportDB:
         return pl.DataFrame(pl.from_arrow(table))
 
     def named(self, name: str, params: Mapping[str, Any] | None = None, *,
-              sql_file: str = "queries.sql") -> pl.DataFrame:
+              sql_file: str | Path = "queries.sql") -> pl.DataFrame:
         """Run the query ``name`` of ``pdm_replay/sql/<sql_file>`` with ``params``."""
         return self.query(named_queries(sql_file)[name], params)
+
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, run once per connection under ``key`` (several report sections of
+        one computation, e.g. :func:`pdm_replay.report.mismatch.step_metrics`'s two tables,
+        read by the report and its plots alike); the run must not change meanwhile."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def shared_samples(self) -> int:
         """How many samples have tokens in several seeds (counted once per connection)."""
@@ -251,7 +278,7 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
         "hive_partitioning": info.kind == "replay",
         "eps": t.eps, "eps_low": t.eps_low, "eps_high": t.eps_high,
         "delta_kl": t.delta_kl, "delta_tv": t.delta_tv,
-        "thresholds_source": info.thresholds_source, "step": step,
+        "thresholds_source": info.thresholds_source, "step": step, **sql_names(),
     })
     con.execute(load_sql("base_tokens.sql"))
     con.execute(load_sql("base_updates.sql" if info.has_updates else "base_updates_empty.sql"))
@@ -269,6 +296,8 @@ def _register(con: duckdb.DuckDBPyConnection, info: RunInfo,
     con.register("bases", bases_table(list(names)))
     for name in VIEW_FILES:
         con.execute(load_sql(name))
+    for name in view_files():
+        con.execute(view_statements(name))
     return Layout(updates, cs, names, tuple(left_out))
 
 

@@ -103,8 +103,9 @@ def cluster_counts(frame: pl.DataFrame, seeds: list[Any], n_clusters: int,
 
 
 def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
-             seed: int = 0, by_seed: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per (basis, pair, delta): see the module docstring.
+             rng_seed: int = 0, by_seed: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (basis, pair, delta): see the module docstring. ``rng_seed`` seeds the
+    bootstrap's generator (not a replay seed, the ``seed`` column);
     ``by_seed``: ``alignment_by_seed`` where the caller has read it (else it is read)."""
     by_seed = db.named("alignment_by_seed") if by_seed is None else by_seed
     clusters = db.named("cluster_counts")
@@ -112,7 +113,7 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
     independent = db.seeds_independent()
     ids = {s: i for i, s in enumerate(clusters["sample_id"].unique(maintain_order=True))}
     n_samples = max(n_samples, len(ids))
-    shared = _shared_weights(n_samples, len(ids), n_resamples, seed)
+    shared = _shared_weights(n_samples, len(ids), n_resamples, rng_seed)
     masks = {(c.pair, c.delta): c for c in db.layout.comparisons}
     rows = []
     for key, g in _side_frame(by_seed).group_by(KEYS, maintain_order=True):
@@ -121,7 +122,8 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
         g = g.sort("seed", nulls_last=True)
         mine = clusters.filter(*(pl.col(k) == v for k, v in zip(KEYS, key)))
         ci = cluster_bootstrap_diff(cluster_counts(mine, g["seed"].to_list(), n_samples, ids),
-                                    n_resamples=n_resamples, confidence=confidence, seed=seed,
+                                    n_resamples=n_resamples, confidence=confidence,
+                                    rng_seed=rng_seed,
                                     weights=shared)
         rates = _rate_columns(g)
         rows.append({
@@ -143,13 +145,13 @@ def headline(db: ReportDB, *, n_resamples: int = 2000, confidence: float = 0.95,
 
 
 def _shared_weights(n_samples: int, n_active: int, n_resamples: int,
-                    seed: int) -> np.ndarray | None:
+                    rng_seed: int) -> np.ndarray | None:
     """One set of resamples for every comparison (they then share their draws), unless
     it would exceed SHARED_WEIGHTS_BYTES (each comparison then draws its own)."""
     itemsize = 2 if n_samples <= np.iinfo(np.uint16).max else 4
     if not n_active or itemsize * n_resamples * n_active > SHARED_WEIGHTS_BYTES:
         return None
-    return bootstrap_weights(n_samples, n_active, n_resamples, seed)
+    return bootstrap_weights(n_samples, n_active, n_resamples, rng_seed)
 
 
 def _diff(a: float | None, b: float | None) -> float | None:

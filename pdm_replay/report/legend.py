@@ -1,7 +1,8 @@
 """What the report's numbers mean, what data they cover, and what to distrust.
 
 The one place the report's terms are defined: every format (:mod:`.render`: table,
-Markdown, JSON, HTML) and the dashboard print :data:`LEGEND`, a :class:`Coverage` line
+Markdown, JSON, HTML) and the dashboard print :func:`legend` (the core terms and each
+report section's, :mod:`.sections`), a :class:`Coverage` line
 (samples and tokens replayed out of the log's, seeds, the update each number uses) and the
 :class:`ReportWarning` list of :func:`report_warnings` (too few tokens or seeds to compare,
 overlapping seeds, µ mismatch, partial runs). JSON carries the same as fields.
@@ -25,10 +26,13 @@ from typing import Any
 
 import polars as pl
 
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.db import ReportDB
+from pdm_replay.report.section_catalog import legend_terms
 
-# (key, text): one line per quantity, the paper's name in quotes where it has one
-LEGEND: tuple[tuple[str, str], ...] = (
+# (key, text): one line per quantity, the paper's name in quotes where it has one; the
+# registered report sections' terms (report.sections) follow the rates' terms: legend()
+CORE_LEGEND: tuple[tuple[str, str], ...] = (
     ("out of region", "tokens outside the trust region (top-K KL/TV > δ, SPEC §3); only "
                       "they can be masked by a divergence mask"),
     ("disagreement", "an out-of-region token the ratio and the predictive mask decide "
@@ -43,25 +47,15 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("win / loss / tie / empty", "per seed: predictive unsafe-keep rate lower (win), higher "
                                  "(loss), equal (tie) than ratio, or a mask kept no "
                                  "disagreement token (empty: counted, never dropped)"),
-    ("basis actual", "ΔD after the trainer's real step (replay --next-checkpoint)"),
-    ("basis own", "ΔD after each mask's own simulated one-step update"),
-    ("basis none", "ΔD after the simulated keep-all update `none`"),
+    (f"basis {ACTUAL}", "ΔD after the trainer's real step (replay --next-checkpoint)"),
+    (f"basis {OWN}", "ΔD after each mask's own simulated one-step update"),
+    (f"basis {NONE}", f"ΔD after the simulated one-step update of `{NONE}` (every token "
+                     "kept)"),
     ("interval", "percentile bootstrap of ratio − predictive unsafe keep that resamples "
                  "samples (all their tokens together), B draws"),
     ("p-values", "sign test (wins vs losses) and Wilcoxon signed-rank (per-seed "
                  "differences), two-sided, over compared seeds; only when seeds are "
                  "independent"),
-    ("keep", "mask comparison: the share of all tokens a mask keeps (its gradient used); "
-             "the cost side: lower keeps less of the learning signal"),
-    ("out of region kept", "mask comparison: the share of out-of-region tokens (top-K D > δ "
-                           "at the run's thresholds, the same tokens for every mask) the "
-                           "mask keeps"),
-    ("median / p10 / p90 ΔD", "mask comparison: quantiles of the realized ΔD = D_post − D_pre "
-                              "on out-of-region tokens under the mask's own simulated update "
-                              "(`actual`: the trainer's real step); lower: the divergence "
-                              "kept down"),
-    ("ΔD > 0", "mask comparison: the share of measured out-of-region tokens whose divergence "
-               "grew under the mask's own update"),
     ("verdict", "the plain sentences the report opens with, one paragraph per comparison, "
                 "written by the rules of pdm_replay/report/verdict.py from these tables"),
     ("agg / uniform", "the two top-K estimators of the slope Ḋ (SPEC §4): agg treats the "
@@ -75,18 +69,6 @@ LEGEND: tuple[tuple[str, str], ...] = (
                                   "full-vocabulary Ḋ_kl in [dkl_lo, dkl_hi]; away (toward): "
                                   "sign(Â)·Ḋ > 0 (< 0) over the whole interval, whatever the "
                                   "tail held; uncertain: the interval straddles 0"),
-    ("rollout_corr/* / sampling/* / topk/*", "mismatch over training: per logged step, "
-                                             "verl 0.9's rollout-correction metrics "
-                                             "(compute_offpolicy_metrics, compute_is_metrics, "
-                                             "the rs masks' masked fractions), TRL 1.16's "
-                                             "sampling metrics, and the top-K KL / TV mean, "
-                                             "p99 and out-of-region share at each δ, by the "
-                                             "trainers' own definitions"),
-    ("masked_fraction / clip_ratio/*", "keep statistics: per step and mask, the share of loss "
-                                       "tokens it drops (all, Â > 0, Â < 0, below / above its "
-                                       "region) and of tokens out of its region kept / "
-                                       "dropped; for the ratio masks TRL's clip_ratio/"
-                                       "low_mean, high_mean, region_mean"),
     ("n_tokens / n_seeds", "log health: loss tokens read, and seeds (masks output: the whole "
                            "log is one)"),
     ("n_mass_overflow / mass_overflow_fraction", "log health: tokens whose logged top-K µ mass "
@@ -105,6 +87,17 @@ LEGEND: tuple[tuple[str, str], ...] = (
                                                "ΔD was measured, where the thresholds were "
                                                "read from"),
 )
+RATES_END = "p-values"  # the last term of the rates; the report sections' terms follow
+
+
+def legend() -> tuple[tuple[str, str], ...]:
+    """Every legend line: the core terms, the registered report sections' after the
+    rates' (:data:`RATES_END`)."""
+    at = [term for term, _ in CORE_LEGEND].index(RATES_END) + 1
+    return (*CORE_LEGEND[:at], *legend_terms(), *CORE_LEGEND[at:])
+
+
+LEGEND = legend()  # the built-in sections' (a section registered later: legend())
 LEGEND_TEXT = dict(LEGEND)
 
 # A rate over n tokens has standard error √(p(1−p)/n): 9.1 pp at p = 0.5 and n = 30, larger
@@ -122,9 +115,9 @@ MIN_WITHIN_ROUNDING = 0.99
 # or temperature by tenths of a nat.
 DEVIATION_WARN = 0.05
 
-BASIS_LINE = {"actual": "actual (the trainer's real step)",
-              "own": "own (each mask's own simulated update)",
-              "none": "none (the keep-all update)"}
+BASIS_LINE = {ACTUAL: f"{ACTUAL} (the trainer's real step)",
+              OWN: f"{OWN} (each mask's own simulated update)",
+              NONE: f"{NONE} (every token kept)"}
 
 
 @dataclass(frozen=True)
@@ -158,7 +151,7 @@ def run_coverage(db: ReportDB, *, health: pl.DataFrame | None = None,
     health_row = (db.named("log_health") if health is None else health).row(0, named=True)
     manifest = db.info.manifest or {}
     heads = db.named("alignment_by_seed") if by_seed is None else by_seed
-    own = sorted({u for u in heads.filter(pl.col("basis") == "own")["update_mask"].to_list()
+    own = sorted({u for u in heads.filter(pl.col("basis") == OWN)["update_mask"].to_list()
                   if u is not None}) if heads.height else []
     log_rows = manifest.get("log_rows")
     return Coverage(kind=db.info.kind, n_samples=int(db.named("n_samples")["n"][0]),
@@ -166,7 +159,7 @@ def run_coverage(db: ReportDB, *, health: pl.DataFrame | None = None,
                     n_seeds=int(health_row["n_seeds"] or 0),
                     log_samples=int(log_rows) if log_rows is not None else None,
                     status=manifest.get("status"),
-                    bases=tuple(b for b in ("actual", "own", "none")
+                    bases=tuple(b for b in (ACTUAL, OWN, NONE)
                                 if b in set(heads["basis"].to_list())) if heads.height else (),
                     own_updates=tuple(own))
 
@@ -183,7 +176,7 @@ def coverage_line(c: Coverage) -> str:
         text += " (the manifest does not record the log's size)"
     text += ("; out-of-region and disagreement counts need no update (π before the step)")
     if c.bases and c.kind == "replay":
-        used = [BASIS_LINE[b] + (f": {', '.join(c.own_updates)}" if b == "own"
+        used = [BASIS_LINE[b] + (f": {', '.join(c.own_updates)}" if b == OWN
                                  and c.own_updates else "") for b in c.bases]
         text += "; ΔD and every rate under " + ", ".join(used)
     return text

@@ -1,5 +1,7 @@
 """Mask comparison: which mask would have kept the divergence down, at what cost in kept
-gradient (issue 19; the SQL is ``pdm_replay/sql/views_mask_comparison.sql``).
+gradient (issue 19; the SQL is ``pdm_replay/sql/views_mask_comparison.sql``). A report
+section (:data:`pdm_replay.report.section_catalog.MASK_COMPARISON`, its spec): these are its
+frame, note and plot functions.
 
 One row per mask of the run (registry order, sweep variants included, the trainer's real
 step ``actual`` last) and divergence family (``kl``, ``tv``): its keep fraction over every
@@ -22,24 +24,24 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from pdm_replay.report.db import ReportDB
+from pdm_replay.report.figures import _empty, _figure, _png
+from pdm_replay.report.section_catalog import MASK_COMPARISON
 
 COLUMNS = ("mask", "direction", "mask_family", "family", "delta", "n_tokens", "n_kept",
            "keep_fraction", "n_out_of_region", "n_out_of_region_kept",
            "out_of_region_keep_fraction", "update_mask", "n_measured", "mean_delta_d",
            "p10_delta_d", "p25_delta_d", "median_delta_d", "p75_delta_d", "p90_delta_d",
            "share_increased")
-# the column a reader looks at first, with its label (terminal, Markdown, HTML, dashboard)
-LABELS = {"mask": "mask", "family": "divergence", "keep_fraction": "keep",
-          "n_out_of_region": "out of region", "out_of_region_keep_fraction":
-          "out of region kept", "median_delta_d": "median ΔD", "p10_delta_d": "p10 ΔD",
-          "p90_delta_d": "p90 ΔD", "share_increased": "ΔD > 0", "mean_delta_d": "mean ΔD",
-          "update_mask": "update", "n_measured": "ΔD measured", "direction": "direction",
-          "delta": "δ"}
-PERCENT = ("keep_fraction", "out_of_region_keep_fraction", "share_increased")
-DELTA_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_delta_d"))  # printed signed
+# the columns a reader looks at first, with their labels (terminal, Markdown, HTML,
+# dashboard): the section's spec
+LABELS = dict(MASK_COMPARISON.labels or {})
+PERCENT = MASK_COMPARISON.percent
+DELTA_COLUMNS = MASK_COMPARISON.signed  # printed signed
 NO_UPDATES = ("ΔD columns are empty: this run has no simulated update (updates/v1); run "
               "`pdm-replay replay` with --update-masks naming the masks to compare (and "
               "--next-checkpoint for `actual`)")
@@ -56,7 +58,8 @@ def mask_comparison(db: ReportDB, *, family: str | None = None) -> pl.DataFrame:
     simulated), n_measured, mean / p10 / p25 / median / p75 / p90 of ΔD, share_increased
     (share of measured out-of-region tokens with ΔD > 0).
     """
-    return db.named("mask_comparison", {"family": family}).select(COLUMNS)
+    return db.named(MASK_COMPARISON.query_name, {"family": family},
+                    sql_file=MASK_COMPARISON.sql).select(COLUMNS)
 
 
 def comparison_note(frame: pl.DataFrame, has_updates: bool) -> str | None:
@@ -69,3 +72,43 @@ def comparison_note(frame: pl.DataFrame, has_updates: bool) -> str | None:
         maintain_order=True).to_list()
     return NOT_SIMULATED.format(masks=", ".join(missing)) if missing else None
 
+
+
+def section_note(frame: pl.DataFrame, db: ReportDB) -> str | None:
+    """:func:`comparison_note` of the section's ``frame`` on ``db`` (the spec's ``note``)."""
+    return comparison_note(frame, db.info.has_updates)
+
+
+def _horizontal(ax: Any) -> dict[str, Any]:
+    """``bxp``'s horizontal option: ``orientation`` from matplotlib 3.10 (``vert`` is
+    deprecated in 3.11), ``vert=False`` before."""
+    import inspect
+
+    if "orientation" in inspect.signature(ax.bxp).parameters:
+        return {"orientation": "horizontal"}
+    return {"vert": False}
+
+
+def mask_comparison_png(frame: pl.DataFrame) -> bytes:
+    """One panel per divergence family: a box of ΔD (p25–p75, whiskers p10–p90, median
+    line) per mask whose own update was measured, labelled with its keep fraction."""
+    measured = frame.filter(pl.col("n_measured") > 0)
+    families = measured["family"].unique(maintain_order=True).to_list() or ["kl"]
+    n = max((measured["family"] == f).sum() for f in families) if measured.height else 1
+    fig = _figure(5.0 * len(families), 1.2 + 0.32 * n)
+    axes = fig.subplots(1, len(families), squeeze=False)[0]
+    if not measured.height:
+        _empty(axes[0], "no realized ΔD: the run has no simulated update (needs a replay)")
+        return _png(fig)
+    for ax, family in zip(axes, families):
+        rows = measured.filter(pl.col("family") == family).to_dicts()[::-1]
+        ax.bxp([{"whislo": r["p10_delta_d"], "q1": r["p25_delta_d"],
+                 "med": r["median_delta_d"], "q3": r["p75_delta_d"], "whishi": r["p90_delta_d"],
+                 "fliers": [], "label": f"{r['mask']} (keep {r['keep_fraction']:.0%})"}
+                for r in rows], showfliers=False, **_horizontal(ax))
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_title(f"{family.upper()}: δ = {rows[0]['delta']:g}, "
+                     f"{rows[0]['n_out_of_region']:,} tokens out of region", fontsize=9)
+        ax.set_xlabel("ΔD, own update (< 0: divergence kept down)")
+        ax.tick_params(axis="y", labelsize=7)
+    return _png(fig)

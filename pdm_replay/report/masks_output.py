@@ -37,9 +37,9 @@ def masks_manifest(source: Path) -> dict[str, Any] | None:
 
 
 def chosen_parts(source: Path, manifest: dict[str, Any], max_tokens: int = MAX_REPORT_TOKENS,
-                 seed: int = SAMPLE_SEED) -> tuple[list[Path], str]:
+                 rng_seed: int = SAMPLE_SEED) -> tuple[list[Path], str]:
     """The parts a report reads and a note saying which: every part when the output has
-    at most ``max_tokens`` tokens, else parts drawn in a ``seed``-ed order until
+    at most ``max_tokens`` tokens, else parts drawn in an ``rng_seed``-ed order until
     ``max_tokens`` (a bounded, reproducible sample)."""
     parts: dict[str, int] = manifest["parts"]
     total = sum(parts.values())
@@ -47,7 +47,7 @@ def chosen_parts(source: Path, manifest: dict[str, Any], max_tokens: int = MAX_R
         return ([source / p for p in sorted(parts)],
                 f"{source}: report read every row ({total:,} tokens in {len(parts)} parts)")
     order = sorted(parts)
-    random.Random(seed).shuffle(order)
+    random.Random(rng_seed).shuffle(order)
     picked, tokens = [], 0
     for part in order:
         if tokens >= max_tokens:
@@ -56,7 +56,7 @@ def chosen_parts(source: Path, manifest: dict[str, Any], max_tokens: int = MAX_R
         tokens += parts[part]
     return ([source / p for p in sorted(picked)],
             f"{source}: {total:,} tokens; report read {SUMMARY_FILE} for the whole run's "
-            f"counts and a seeded sample (seed {seed}) of {len(picked)} of {len(parts)} "
+            f"counts and a seeded sample (seed {rng_seed}) of {len(picked)} of {len(parts)} "
             f"parts ({tokens:,} tokens) for everything per token (disagreement lists, "
             "rates, the mask summary)")
 

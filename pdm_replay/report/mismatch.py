@@ -53,6 +53,17 @@ VERL, VERL_TOKEN, TRL, TOPK = "rollout_corr/", "rollout_corr_token/", "sampling/
 CLIP_RATIO = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
+def mismatch_table(db: ReportDB) -> pl.DataFrame:
+    """The ``mismatch`` report section's frame: :func:`step_metrics` ``[0]`` (computed once
+    per connection with the ``keep_stats`` section's)."""
+    return db.once("step_metrics", lambda: step_metrics(db))[0]
+
+
+def keep_stats_table(db: ReportDB) -> pl.DataFrame:
+    """The ``keep_stats`` report section's frame: :func:`step_metrics` ``[1]``."""
+    return db.once("step_metrics", lambda: step_metrics(db))[1]
+
+
 def step_metrics(db: ReportDB) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(mismatch, keep_stats)`` of every logged step of ``db``'s run (empty frames when
     the run has no tokens)."""

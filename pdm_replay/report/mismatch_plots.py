@@ -16,7 +16,7 @@ import math
 
 import polars as pl
 
-from pdm_replay.report.plots import _empty, _figure, _png
+from pdm_replay.report.figures import _empty, _figure, _png
 
 # The panels of the report's figure (the dashboard page draws every metric).
 PANELS = ("rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/chi2_token",

@@ -13,7 +13,7 @@ Examples
 >>> r = wilcoxon_signed_rank([0.3, 0.1, -0.05, 0.2, 0.4])
 >>> r.n, r.statistic, round(r.pvalue, 4), r.method
 (5, 1.0, 0.125, 'exact')
->>> bootstrap_mean_ci([1.0, 1.0, 1.0], seed=0)
+>>> bootstrap_mean_ci([1.0, 1.0, 1.0], rng_seed=0)
 (1.0, 1.0)
 """
 
@@ -114,16 +114,16 @@ def wilcoxon_signed_rank(diffs: Sequence[float]) -> WilcoxonResult:
 
 
 def bootstrap_mean_ci(values: Sequence[float], *, n_resamples: int = 2000,
-                      confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+                      confidence: float = 0.95, rng_seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` ``(n,)``; NaNs are dropped.
 
-    Deterministic in ``seed``; ``(nan, nan)`` when no value is left.
+    Deterministic in ``rng_seed``; ``(nan, nan)`` when no value is left.
     """
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     if len(v) == 0:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rng_seed)
     means = v[rng.integers(0, len(v), size=(n_resamples, len(v)))].mean(axis=1)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])

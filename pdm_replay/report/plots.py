@@ -4,9 +4,10 @@
 - ``direction_terms``: local vs global term of the KL slope on out-of-region tokens,
   coloured by whether the predictive sign agreed with the realized ΔD (update ``none``);
 - ``seed_rates``: per-seed unsafe-keep rate, ratio (x) vs predictive (y);
-- ``mask_comparison``: per mask, the realized ΔD on out-of-region tokens under its own
-  update (box p25–p75, whiskers p10–p90) beside its keep fraction;
-- ``mismatch`` / ``keep_stats``: the per-step trainer metrics over steps
+- every report section with a plot (:mod:`pdm_replay.report.sections`), by its name:
+  ``mask_comparison``, per mask the realized ΔD on out-of-region tokens under its own
+  update (box p25–p75, whiskers p10–p90) beside its keep fraction; ``mismatch`` /
+  ``keep_stats``, the per-step trainer metrics over steps
   (:mod:`pdm_replay.report.mismatch_plots`).
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so this is safe to
@@ -26,41 +27,16 @@ b'\\x89PNG'
 
 from __future__ import annotations
 
-import io
-from typing import Any
-
 import numpy as np
 import polars as pl
 
 from pdm_replay.report import api
 from pdm_replay.report.db import ReportDB
-from pdm_replay.report.mask_comparison import mask_comparison
-
-INSTALL_HINT = "plots need matplotlib: pip install 'pdm_replay[report]' (or matplotlib>=3.7)"
+from pdm_replay.report.figures import INSTALL_HINT, _empty, _figure, _png  # noqa: F401
+from pdm_replay.report.section_catalog import SECTIONS
 # one colour per comparison pair, in the order the pairs come (registry order)
 PAIR_COLOURS = ("#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                 "#bcbd22")
-
-
-def _figure(width: float, height: float) -> Any:
-    """A new Agg-backed Figure; a clear ImportError when matplotlib is missing."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
-
-
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def _empty(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
 
 
 def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
@@ -145,49 +121,14 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     return _png(fig)
 
 
-def _horizontal(ax: Any) -> dict[str, Any]:
-    """``bxp``'s horizontal option: ``orientation`` from matplotlib 3.10 (``vert`` is
-    deprecated in 3.11), ``vert=False`` before."""
-    import inspect
-
-    if "orientation" in inspect.signature(ax.bxp).parameters:
-        return {"orientation": "horizontal"}
-    return {"vert": False}
-
-
-def mask_comparison_png(frame: pl.DataFrame) -> bytes:
-    """One panel per divergence family: a box of ΔD (p25–p75, whiskers p10–p90, median
-    line) per mask whose own update was measured, labelled with its keep fraction."""
-    measured = frame.filter(pl.col("n_measured") > 0)
-    families = measured["family"].unique(maintain_order=True).to_list() or ["kl"]
-    n = max((measured["family"] == f).sum() for f in families) if measured.height else 1
-    fig = _figure(5.0 * len(families), 1.2 + 0.32 * n)
-    axes = fig.subplots(1, len(families), squeeze=False)[0]
-    if not measured.height:
-        _empty(axes[0], "no realized ΔD: the run has no simulated update (needs a replay)")
-        return _png(fig)
-    for ax, family in zip(axes, families):
-        rows = measured.filter(pl.col("family") == family).to_dicts()[::-1]
-        ax.bxp([{"whislo": r["p10_delta_d"], "q1": r["p25_delta_d"],
-                 "med": r["median_delta_d"], "q3": r["p75_delta_d"], "whishi": r["p90_delta_d"],
-                 "fliers": [], "label": f"{r['mask']} (keep {r['keep_fraction']:.0%})"}
-                for r in rows], showfliers=False, **_horizontal(ax))
-        ax.axvline(0.0, color="black", lw=0.8)
-        ax.set_title(f"{family.upper()}: δ = {rows[0]['delta']:g}, "
-                     f"{rows[0]['n_out_of_region']:,} tokens out of region", fontsize=9)
-        ax.set_xlabel("ΔD, own update (< 0: divergence kept down)")
-        ax.tick_params(axis="y", labelsize=7)
-    return _png(fig)
-
-
 def report_plots(db: ReportDB, *, max_points: int = 20_000) -> dict[str, bytes]:
     """Every report plot of ``db``'s run as PNG bytes, by name."""
-    from pdm_replay.report.mismatch import step_metrics
-    from pdm_replay.report.mismatch_plots import keep_stats_png, mismatch_png
-
-    mismatch, keep_stats = step_metrics(db)
-    return {"kept_deltas": kept_deltas_png(api.kept_deltas(db)),
+    pngs = {"kept_deltas": kept_deltas_png(api.kept_deltas(db)),
             "direction_terms": direction_terms_png(api.direction_terms(db, limit=max_points)),
-            "seed_rates": seed_rates_png(api.seed_rates(db)),
-            "mask_comparison": mask_comparison_png(mask_comparison(db)),
-            "mismatch": mismatch_png(mismatch), "keep_stats": keep_stats_png(keep_stats)}
+            "seed_rates": seed_rates_png(api.seed_rates(db))}
+    return {**pngs, **section_plots(db)}
+
+
+def section_plots(db: ReportDB) -> dict[str, bytes]:
+    """The plot of every registered report section that has one, by section name."""
+    return {s.name: s.png(s.compute(db)) for s in SECTIONS.values() if s.plot is not None}

@@ -156,10 +156,11 @@ def resample_weights(rng: np.random.Generator, n_clusters: int, n_active: int,
 
 
 def bootstrap_weights(n_clusters: int, n_active: int, n_resamples: int,
-                      seed: int = 0) -> np.ndarray:
+                      rng_seed: int = 0) -> np.ndarray:
     """``(n_resamples, n_active)`` resample weights of :func:`resample_weights`, drawn in
-    blocks from one generator seeded by ``seed`` (uint16 where counts cannot overflow)."""
-    rng = np.random.default_rng(seed)
+    blocks from one generator seeded by ``rng_seed`` (uint16 where counts cannot
+    overflow)."""
+    rng = np.random.default_rng(rng_seed)
     dtype = np.uint16 if n_clusters <= np.iinfo(np.uint16).max else np.uint32
     block = max(1, DRAW_BUDGET // max(n_active, 1))
     return np.concatenate([
@@ -168,16 +169,16 @@ def bootstrap_weights(n_clusters: int, n_active: int, n_resamples: int,
 
 
 def cluster_bootstrap_diff(c: ClusterCounts, *, n_resamples: int = 2000,
-                           confidence: float = 0.95, seed: int = 0,
+                           confidence: float = 0.95, rng_seed: int = 0,
                            weights: np.ndarray | None = None) -> DiffInterval:
     """Percentile intervals of the ratio − predictive unsafe-keep difference, resampling
-    the ``n_clusters`` samples with replacement (deterministic in ``seed``). Clusters with
+    the ``n_clusters`` samples with replacement (deterministic in ``rng_seed``). Clusters with
     no kept disagreement token take part in the draw (they weigh 0 tokens). ``weights``
     ``(B, ≥ max cluster + 1)``, from :func:`bootstrap_weights`, lets several comparisons
     share one set of resamples (their ``cluster`` indices then number the same samples)."""
     if weights is None and c.n_clusters and len(c.cluster):
         weights = bootstrap_weights(c.n_clusters, int(c.cluster.max()) + 1, n_resamples,
-                                    seed)
+                                    rng_seed)
     pooled, mean = [], []
     if weights is not None and len(c.cluster):
         block = max(1, DRAW_BUDGET // len(c.cluster))

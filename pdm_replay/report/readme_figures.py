@@ -30,6 +30,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from pdm_replay.names import ACTUAL, OWN
+
 PAIR = "dppo_topk_kl vs pdm_kl_agg"  # the paper's KL / aggregated-tail comparison
 FIGURES_FILE = Path(__file__).parents[2] / "docs" / "sample_figures.json"
 README_FILE = Path(__file__).parents[2] / "README.md"
@@ -50,7 +52,7 @@ def figures(report: dict[str, Any], steps: list[int] | None) -> dict[str, Any]:
     """The paragraph's figures from a ``report --format json`` document; ``steps``: the
     manifest's ``seed_plan.steps`` (seed i replayed step ``steps[i]``)."""
     rows = {r["basis"]: r for r in report["headline"] if r["pair"] == PAIR}
-    own = rows["own"]
+    own = rows[OWN]
     n = own["n_seeds"]
     verdict = next(v for v in report["verdicts"] if v["pair"] == PAIR)
     return {"pair": PAIR, "n_tokens": report["log_health"]["n_tokens"],
@@ -58,7 +60,7 @@ def figures(report: dict[str, Any], steps: list[int] | None) -> dict[str, Any]:
             "out_of_region": round(own["out_of_region_per_seed"] * n),
             "disagreements": round(own["disagreement_per_seed"] * n),
             "empty_steps": [steps[s] if steps else s for s in own["empty_seed_list"]],
-            "own": _basis(rows, "own"), "actual": _basis(rows, "actual"),
+            OWN: _basis(rows, OWN), ACTUAL: _basis(rows, ACTUAL),
             "trainer_side": verdict["confounded_side"],
             "trainer_mask": own.get(f"{verdict['confounded_side']}_mask"),
             "tokens_needed_per_side": verdict["tokens_needed_per_side"]}
@@ -81,7 +83,7 @@ def _rates(b: dict[str, Any], n: int) -> str:
 
 def paragraph(fig: dict[str, Any], timings: dict[str, Any] | None) -> str:
     """The README paragraph of ``fig`` (:func:`figures`) and the measured ``timings``."""
-    n, own, act = fig["n_seeds"], fig["own"], fig["actual"]
+    n, own, act = fig["n_seeds"], fig[OWN], fig[ACTUAL]
     steps = " and ".join(str(s) for s in fig["empty_steps"])
     text = (f"What it finds on the shipped sample (measured with this command): "
             f"{fig['n_tokens']:,} loss tokens, {fig['out_of_region']:,} out of the KL trust "

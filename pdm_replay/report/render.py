@@ -25,9 +25,11 @@ from rich.table import Table
 
 from pdm_replay.report.attribution_report import SHARE_COLUMNS
 from pdm_replay.report.certificate_report import SHARE_COLUMNS as CERT_SHARE_COLUMNS
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.build import Report
-from pdm_replay.report.legend import LEGEND, coverage_line
-from pdm_replay.report.mask_comparison import DELTA_COLUMNS, LABELS, PERCENT
+from pdm_replay.report.legend import coverage_line
+from pdm_replay.report.legend import legend as report_legend
+from pdm_replay.report.section_catalog import (SECTIONS, percent_columns, signed_columns)
 
 DIFF_COLUMNS = ("unsafe_diff", "ci_low", "ci_high", "unsafe_diff_pooled",
                 "unsafe_diff_seed_mean", "seed_mean_ci_low", "seed_mean_ci_high")
@@ -37,7 +39,7 @@ RATE_COLUMNS = frozenset({
     "corrective_predictive", "within_one_rounding",
     *(f"{w}_{s}_{p}" for w in ("unsafe", "corrective") for s in ("ratio", "predictive")
       for p in ("pooled", "seed_mean"))}
-) | SHARE_COLUMNS | CERT_SHARE_COLUMNS | frozenset(PERCENT)
+) | SHARE_COLUMNS | CERT_SHARE_COLUMNS  # and each report section's percent columns
 HEADLINE_LABELS = {
     "basis": "update", "pair": "pair", "family": "family", "estimator": "estimator",
     "region": "region", "delta": "δ",
@@ -52,22 +54,22 @@ HEADLINE_LABELS = {
     "corrective_ratio_seed_mean": "corrective: ratio (seed mean)",
     "corrective_predictive_seed_mean": "corrective: pred. (seed mean)",
 }
-BASIS_TEXT = {"actual": "under the trainer's actual update",
-              "own": "each mask under its own simulated update",
-              "none": "under the keep-all update `none`"}
-PLOT_TITLES = {
+BASIS_TEXT = {ACTUAL: "under the trainer's actual update",
+              OWN: "each mask under its own simulated update",
+              NONE: f"under `{NONE}` (every token kept)"}
+PLOT_TITLES = {  # and each report section's plot_title
     "kept_deltas": "ΔD of kept disagreement tokens, under the keeping mask's own update",
     "direction_terms": "Local vs global term of the KL slope (out-of-region tokens)",
     "seed_rates": "Per-seed unsafe-keep rate: ratio (x) vs predictive (y); a point below the "
                   "diagonal is a seed where predictive kept fewer unsafe tokens (lower is "
                   "better)",
-    "mask_comparison": "Mask comparison: realized ΔD on out-of-region tokens under each "
-                       "mask's own update (box p25–p75, whiskers p10–p90) and its keep "
-                       "fraction; a box left of 0 kept the divergence down",
-    "mismatch": "Training–inference mismatch over steps (verl rollout_corr/*, TRL sampling/*, "
-                "top-K), one panel per metric",
-    "keep_stats": "Masked token fraction per mask over steps, by the sign of Â",
 }
+
+
+def plot_title(name: str) -> str:
+    """The heading of the plot ``name`` (a report section's: its spec's ``plot_title``)."""
+    spec = SECTIONS.get(name)
+    return PLOT_TITLES.get(name) or (spec and spec.plot_title) or name
 
 
 def format_value(column: str, value: Any) -> str:
@@ -87,9 +89,9 @@ def format_value(column: str, value: Any) -> str:
         return f"{100 * value:+.1f} pp"
     if column.endswith("_p"):
         return f"{value:.3g}"
-    if column in DELTA_COLUMNS:  # a realized ΔD: its sign is the point
+    if column in signed_columns():  # a realized ΔD: its sign is the point
         return f"{value:+.3g}" if value else "0"
-    if column in RATE_COLUMNS:
+    if column in RATE_COLUMNS or column in percent_columns():
         return f"{value:.1%}"
     return f"{value:.4g}"
 
@@ -119,16 +121,23 @@ def headline_display(headline: pl.DataFrame, confidence: float = 0.95) -> pl.Dat
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
 
 
-def mask_comparison_display(frame: pl.DataFrame) -> pl.DataFrame:
-    """The mask comparison (:mod:`pdm_replay.report.mask_comparison`) as strings under its
-    labels: ΔD signed, 3 digits; "–" where empty."""
+def section_display(key: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """A registered report section (:mod:`pdm_replay.report.sections`) as strings under
+    its spec's labels (a leading ``step`` kept); "–" where empty."""
+    labels = SECTIONS[key].labels or {c: c for c in frame.columns if c != "step"}
     rows = []
     for r in frame.to_dicts():
         row = {"step": str(r["step"])} if "step" in r else {}
-        row.update({label: format_value(k, r[k]) for k, label in LABELS.items()})
+        row.update({label: format_value(k, r[k]) for k, label in labels.items()})
         rows.append(row)
-    columns = list(rows[0]) if rows else list(LABELS.values())
+    columns = list(rows[0]) if rows else list(labels.values())
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
+
+
+def mask_comparison_display(frame: pl.DataFrame) -> pl.DataFrame:
+    """The mask comparison (:mod:`pdm_replay.report.mask_comparison`) as strings under its
+    labels: ΔD signed, 3 digits; "–" where empty."""
+    return section_display("mask_comparison", frame)
 
 
 def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
@@ -158,8 +167,8 @@ def seed_wins_display(wins: pl.DataFrame, confidence: float = 0.95) -> pl.DataFr
 
 
 def _basis(r: dict[str, Any]) -> str:
-    if r["basis"] == "own":
-        return f"{BASIS_TEXT['own']} ({r['ratio_update']} / {r['predictive_update']})"
+    if r["basis"] == OWN:
+        return f"{BASIS_TEXT[OWN]} ({r['ratio_update']} / {r['predictive_update']})"
     return BASIS_TEXT.get(r["basis"], r["basis"])
 
 
@@ -210,7 +219,7 @@ def preamble(report: Report) -> tuple[str, list[str], list[str]]:
     """``(coverage, warnings, legend)`` lines every format prints (texts: :mod:`.legend`)."""
     cover = coverage_line(report.coverage) if report.coverage else ""
     return (cover, [w.message for w in report.warnings],
-            [f"{term}: {text}" for term, text in LEGEND])
+            [f"{term}: {text}" for term, text in report_legend()])
 
 
 def headline_sentences(report: Report) -> list[str]:
@@ -222,10 +231,12 @@ def headline_sentences(report: Report) -> list[str]:
 def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
            ) -> tuple[list[str], list[list[str]]]:
     """Header and string rows of a section (headline relabelled, log health transposed)."""
-    shows = {"headline": headline_display, "seed_wins": seed_wins_display,
-             "mask_comparison": lambda f, _: mask_comparison_display(f)}
+    shows = {"headline": headline_display, "seed_wins": seed_wins_display}
     if key in shows and frame.height:
         shown = shows[key](frame, confidence)
+        return shown.columns, [list(r) for r in shown.rows()]
+    if key in SECTIONS and SECTIONS[key].labels is not None and frame.height:
+        shown = section_display(key, frame)
         return shown.columns, [list(r) for r in shown.rows()]
     if key == "log_health" and "step" not in frame.columns:
         row = frame.row(0, named=True) if frame.height else {}
@@ -241,22 +252,14 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
                        "unsafe: pred. (seed mean)", "seeds", "disagreements / seed"),
           "seed_wins": ("step", "update", "pair", "δ", "W/L/T/empty",
                         "sign test p", "Wilcoxon p"),
-          "mask_comparison": ("step", "mask", "divergence", "keep", "out of region",
-                              "out of region kept", "median ΔD", "p90 ΔD", "ΔD > 0",
-                              "update"),
           # the rates first, then the counts they are over; family / estimator / region
           # repeat the pair's
           "seed_rates": ("step", "seed", "basis", "pair", "region", "unsafe ratio",
                          "unsafe predictive", "unsafe diff", "outcome", "n measured ratio",
-                         "n measured predictive", "n disagree"),
-          "mismatch": ("step", "rollout_corr/kl", "rollout_corr/k3_kl",
-                       "rollout_corr/chi2_token", "rollout_corr/chi2_seq",
-                       "sampling/importance_sampling_ratio/max", "topk/kl_topk_p99"),
-          "keep_stats": ("step", "mask", "masked_fraction", "masked_fraction_adv_pos",
-                         "masked_fraction_adv_neg", "out_of_region_dropped_fraction",
-                         "clip_ratio/low_mean", "clip_ratio/high_mean")}
-# sections shown with their own headers: display labels, or the trainers' metric names
-LABELLED = ("headline", "seed_wins", "mask_comparison", "mismatch", "keep_stats")
+                         "n measured predictive", "n disagree")}
+# sections shown with their own headers: display labels (and every report section whose
+# spec has labels or keeps its headers, e.g. the trainers' metric names)
+LABELLED = ("headline", "seed_wins")
 TERMINAL_WIDTH = 100
 
 
@@ -297,11 +300,12 @@ def fit_columns(header: list[str], rows: list[list[str]], width: int
 def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
-    if key not in LABELLED:
+    spec = SECTIONS.get(key)
+    if key not in LABELLED and not (spec and (spec.labels is not None or spec.headers)):
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []
-    chosen = NARROW.get(key)
+    chosen = spec.narrow if spec and spec.narrow else NARROW.get(key)
     if chosen and frame.height:
         pos = {h: i for i, h in enumerate(header)}
         idx = [pos[h] for h in chosen if h in pos] + [
@@ -459,10 +463,10 @@ def render_html(report: Report, plots: Mapping[str, bytes]) -> str:
                      + (f'<p class="note">{inline(why)}</p>' if why else ""))
     for name, png in plots.items():
         data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<h2>{inline(PLOT_TITLES.get(name, name))}</h2>"
+        parts.append(f"<h2>{inline(plot_title(name))}</h2>"
                      f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
     parts.append("<h2>Legend</h2><dl>" + "".join(
-        f"<dt>{inline(t)}</dt><dd>{inline(x)}</dd>" for t, x in LEGEND) + "</dl>")
+        f"<dt>{inline(t)}</dt><dd>{inline(x)}</dd>" for t, x in report_legend()) + "</dl>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(
             f'<li class="note">{inline(n)}</li>' for n in report.notes) + "</ul>")

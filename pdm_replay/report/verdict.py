@@ -7,7 +7,7 @@ only from the headline's rows (:mod:`.headline`) and the per-seed counts
 
 1. **Unconfounded basis first.** The verdict rests on ``own`` (each mask under its own
    simulated update): each side's kept disagreement tokens are measured under the update
-   that kept them. Without ``own`` rates it rests on ``none`` (the keep-all update: both
+   that kept them. Without ``own`` rates it rests on ``none`` (every token kept: both
    sides' tokens trained on alike), or on ``actual`` when the trainer's mask is neither
    side of the pair.
 2. **A basis with rates** is stated as ratio vs predictive pooled unsafe-keep rate, the
@@ -62,14 +62,15 @@ from typing import Any
 
 import polars as pl
 
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.legend import MIN_SEEDS
 
 # The paper's headline gap: seed-mean unsafe keeps 36.9% (ratio) vs 34.2% (predictive).
 PAPER_DIFF = 0.027
 POWER = 0.8  # the conventional power of a sample-size estimate
-BASIS_WORDS = {"own": "each mask under its own update",
-               "none": "under the keep-all update `none`",
-               "actual": "under the trainer's actual update"}
+BASIS_WORDS = {OWN: "each mask under its own update",
+               NONE: f"under `{NONE}` (every token kept)",
+               ACTUAL: "under the trainer's actual update"}
 NUMBER_KEYS = ("unsafe_ratio_pooled", "unsafe_predictive_pooled", "unsafe_diff_pooled",
                "ci_low", "ci_high", "seeds_compared", "seeds_independent", "sign_test_p",
                "wilcoxon_p")
@@ -214,8 +215,8 @@ def _counts(seed_rates: pl.DataFrame, keys: list[str]) -> dict[tuple, dict[str, 
 
 def _rest_basis(rows: dict[str, dict[str, Any]], confounded: str | None) -> str | None:
     """Rule 1: own, else none, else an unconfounded actual; the first with both rates."""
-    for basis in ("own", "none", "actual"):
-        if basis in rows and _has_rates(rows[basis]) and (basis != "actual" or not confounded):
+    for basis in (OWN, NONE, ACTUAL):
+        if basis in rows and _has_rates(rows[basis]) and (basis != ACTUAL or not confounded):
             return basis
     return None
 
@@ -245,7 +246,7 @@ def comparison_verdict(rows: dict[str, dict[str, Any]], counts: dict[str, dict[s
             if trainer_mask == first["predictive_mask"] else None)
     rest = _rest_basis(rows, side)
     zero = {"n_ratio": 0, "n_predictive": 0}
-    rated = [b for b in ("own", "actual", "none") if b in rows and _has_rates(rows[b])]
+    rated = [b for b in (OWN, ACTUAL, NONE) if b in rows and _has_rates(rows[b])]
     numbers = {b: {**{k: rows[b][k] for k in NUMBER_KEYS}, **counts.get(b, zero)}
                for b in rated}
     base = dict(pair=first["pair"], delta=first["delta"], confounded_side=side,
@@ -263,16 +264,16 @@ def comparison_verdict(rows: dict[str, dict[str, Any]], counts: dict[str, dict[s
     if rest is not None and not resolved:
         text, need = _power_sentence(rows[rest], numbers[rest], confidence)
         out.append(text)
-    if "actual" in rated and rest != "actual":
-        text = (_confounded_sentence(rows["actual"], numbers["actual"], side,
+    if ACTUAL in rated and rest != ACTUAL:
+        text = (_confounded_sentence(rows[ACTUAL], numbers[ACTUAL], side,
                                      trainer_mask or "", confidence) if side else
-                _rate_sentence(rows["actual"], numbers["actual"], BASIS_WORDS["actual"],
+                _rate_sentence(rows[ACTUAL], numbers[ACTUAL], BASIS_WORDS[ACTUAL],
                                confidence, judge=False)[:-1] + _neither(trainer_mask))
         out.append(text[0].upper() + text[1:] if rest is not None else _name(first) + ", "
                    + text)
     if rest is None:
         out += ["No unconfounded basis has rates (replay both masks with --update-masks).",
-                _seed_sentence(rows["actual"])]
+                _seed_sentence(rows[ACTUAL])]
     return Verdict(sentences=tuple(out), basis=rest, resolved=resolved,
                    tokens_needed_per_side=need, **base)
 

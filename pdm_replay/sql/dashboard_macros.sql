@@ -3,9 +3,9 @@
 
 -- Disagreement tokens (view `disagreements`) of a comparison pair (p_pair: its label
 -- `<ratio mask> vs <predictive mask>`) with delta_d = Delta D under the chosen update:
--- 'own' (the update of the mask that kept the token), 'ratio' / 'predictive' (the update of
--- that mask of the pair, at the comparison's delta), 'none' (every token kept) or 'actual'
--- (the trainer's real step).
+-- `own` (the update of the mask that kept the token), 'ratio' / 'predictive' (the update of
+-- that mask of the pair, at the comparison's delta), `none` (every token kept) or `actual`
+-- (the trainer's real step); the basis names are report_run's (pdm_replay.names).
 CREATE OR REPLACE MACRO dashboard_disagreements(p_pair, p_family, p_estimator, p_seed,
                                                 p_update, p_kept_by, p_adv_sign,
                                                 p_delta_sign) AS TABLE
@@ -13,13 +13,13 @@ WITH d AS (
     SELECT *,
            CASE p_update WHEN 'ratio' THEN delta_d_ratio
                          WHEN 'predictive' THEN delta_d_predictive
-                         WHEN 'none' THEN delta_d_none
-                         WHEN 'actual' THEN delta_d_actual
+                         WHEN getvariable('report_run').none THEN delta_d_none
+                         WHEN getvariable('report_run').actual THEN delta_d_actual
                          ELSE delta_d_kept END AS delta_d,
            CASE p_update WHEN 'ratio' THEN ratio_update
                          WHEN 'predictive' THEN predictive_update
-                         WHEN 'none' THEN 'none'
-                         WHEN 'actual' THEN 'actual'
+                         WHEN getvariable('report_run').none THEN getvariable('report_run').none
+                         WHEN getvariable('report_run').actual THEN getvariable('report_run').actual
                          ELSE CASE kept_by WHEN 'ratio' THEN ratio_update
                                            ELSE predictive_update END END AS update_mask
     FROM disagreements

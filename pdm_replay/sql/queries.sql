@@ -10,13 +10,6 @@ SELECT * EXCLUDE (ord) FROM mask_summary ORDER BY ord NULLS LAST, mask;
 -- name: mask_summary_by_seed
 SELECT * EXCLUDE (ord) FROM mask_summary_by_seed ORDER BY seed, ord NULLS LAST, mask;
 
--- name: mask_comparison
--- Every mask of the run (registry order, `actual` last) x divergence family ($family NULL:
--- both).
-SELECT * EXCLUDE (ord) FROM mask_comparison
-WHERE $family IS NULL OR family = $family
-ORDER BY family, ord, mask;
-
 -- name: disagreements
 SELECT *
 FROM disagreements

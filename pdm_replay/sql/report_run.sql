@@ -1,5 +1,7 @@
--- Run-wide settings every report view reads: the Parquet files and the thresholds.
--- One struct variable so that views stay free of literals; values arrive as $parameters.
+-- Run-wide settings every report view reads: the Parquet files, the thresholds and the
+-- basis names (pdm_replay.names.sql_names(): `actual`, `none`, `own`, never spelled in the
+-- SQL). One struct variable so that views stay free of literals; values arrive as
+-- $parameters.
 -- getvariable() is constant-folded, so thresholds are pushed into the Parquet scans.
 SET VARIABLE report_run = {
     'kind': $kind,
@@ -12,5 +14,8 @@ SET VARIABLE report_run = {
     'delta_kl': $delta_kl,
     'delta_tv': $delta_tv,
     'thresholds_source': $thresholds_source,
-    'step': $step
+    'step': $step,
+    'actual': $actual,
+    'none': $none,
+    'own': $own
 };

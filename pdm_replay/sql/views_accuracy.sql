@@ -1,20 +1,20 @@
 -- How well each direction predictor foresees the realized change (SPEC §6).
 
 -- Out-of-region tokens with a gradient (advantage <> 0) and their realized Delta D under
--- each single update every token sees the same way: the simulated keep-all `none` and the
--- trainer's real step `actual` (bases, where the run holds them).
+-- each single update every token sees the same way: the simulated `none` (every token kept)
+-- and the trainer's real step `actual` (bases, where the run holds them).
 CREATE OR REPLACE VIEW realized AS
 SELECT o.*, b.basis, b.basis_ord,
        CASE o.family WHEN 'kl' THEN u.delta_kl_topk ELSE u.delta_tv_topk END AS delta_d
 FROM out_of_region AS o
-JOIN bases AS b ON b.basis IN ('none', 'actual')
+JOIN bases AS b ON b.basis IN (getvariable('report_run').none, getvariable('report_run').actual)
 JOIN updates AS u
   ON u.seed = o.seed AND u.sample_id = o.sample_id AND u.pos = o.pos
  AND u.update_mask = b.basis
 WHERE o.advantage <> 0;
 
 CREATE OR REPLACE VIEW realized_none AS
-SELECT * EXCLUDE (basis, basis_ord) FROM realized WHERE basis = 'none';
+SELECT * EXCLUDE (basis, basis_ord) FROM realized WHERE basis = getvariable('report_run').none;
 
 -- Sign accuracy per basis, seed, family, region (of a comparison), delta and predictor:
 -- the fraction of tokens where sign(predicted) = sign(Delta D). Predicted: ratio
@@ -116,7 +116,7 @@ SELECT o.seed, o.sample_id, o.pos,
 FROM out_of_region AS o
 LEFT JOIN updates AS u
   ON u.seed = o.seed AND u.sample_id = o.sample_id AND u.pos = o.pos
- AND u.update_mask = 'none'
+ AND u.update_mask = getvariable('report_run').none
 WHERE o.family = 'kl' AND o.advantage <> 0
   AND o.region = (SELECT region FROM comparisons WHERE family = 'kl' ORDER BY ord LIMIT 1)
   AND o.delta = (SELECT delta FROM comparisons WHERE family = 'kl' ORDER BY ord LIMIT 1);

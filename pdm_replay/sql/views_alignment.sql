@@ -24,9 +24,9 @@ post AS (
            any_value(CASE d.family WHEN 'kl' THEN u.delta_kl_topk ELSE u.delta_tv_topk END)
                FILTER (WHERE u.update_mask = d.predictive_update) AS delta_d_predictive,
            any_value(CASE d.family WHEN 'kl' THEN u.delta_kl_topk ELSE u.delta_tv_topk END)
-               FILTER (WHERE u.update_mask = 'none') AS delta_d_none,
+               FILTER (WHERE u.update_mask = getvariable('report_run').none) AS delta_d_none,
            any_value(CASE d.family WHEN 'kl' THEN u.delta_kl_topk ELSE u.delta_tv_topk END)
-               FILTER (WHERE u.update_mask = 'actual') AS delta_d_actual,
+               FILTER (WHERE u.update_mask = getvariable('report_run').actual) AS delta_d_actual,
            any_value(u.logp_post) FILTER (WHERE u.update_mask = d.ratio_update)
                AS logp_post_ratio,
            any_value(u.logp_post) FILTER (WHERE u.update_mask = d.predictive_update)
@@ -34,7 +34,8 @@ post AS (
     FROM d
     JOIN updates AS u
       ON u.seed = d.seed AND u.sample_id = d.sample_id AND u.pos = d.pos
-    WHERE u.update_mask IN (d.ratio_update, d.predictive_update, 'none', 'actual')
+    WHERE u.update_mask IN (d.ratio_update, d.predictive_update, getvariable('report_run').none,
+                            getvariable('report_run').actual)
     GROUP BY d.seed, d.pair, d.delta, d.sample_id, d.pos
 )
 SELECT d.seed, d.pair, d.family, d.estimator, d.region, d.ratio_mask, d.predictive_mask,
@@ -59,8 +60,8 @@ SELECT * FROM disagreements_live;
 CREATE OR REPLACE VIEW kept_measured AS
 SELECT d.seed, d.pair, d.family, d.estimator, d.region, d.delta, d.sample_id, d.pos,
        d.kept_by, b.basis,
-       CASE b.basis WHEN 'own' THEN d.delta_d_kept
-                    WHEN 'none' THEN d.delta_d_none
+       CASE b.basis WHEN getvariable('report_run').own THEN d.delta_d_kept
+                    WHEN getvariable('report_run').none THEN d.delta_d_none
                     ELSE d.delta_d_actual END AS delta_d
 FROM disagreements AS d
 CROSS JOIN bases AS b;
@@ -78,14 +79,14 @@ WITH oor AS (
 grid AS (
     SELECT s.seed, b.basis, b.basis_ord, c.ord, c.pair, c.family, c.estimator, c.region,
            c.delta, x.direction,
-           CASE WHEN b.basis <> 'own' THEN b.basis
+           CASE WHEN b.basis <> getvariable('report_run').own THEN b.basis
                 WHEN x.direction = 'ratio' THEN c.ratio_update
                 ELSE c.predictive_update END AS update_mask
     FROM seeds AS s
     CROSS JOIN comparisons AS c
     CROSS JOIN bases AS b
     CROSS JOIN (VALUES ('ratio'), ('predictive')) AS x(direction)
-    WHERE b.basis <> 'own' OR c.own_in_grid
+    WHERE b.basis <> getvariable('report_run').own OR c.own_in_grid
 ),
 kept AS (
     SELECT seed, basis, pair, delta, kept_by AS direction,

@@ -10,6 +10,9 @@
 -- Each mask's realized Delta D is read under its own update (update_mask = the mask's name,
 -- where the replay simulated that mask; `actual` under itself); a masks-only run has no
 -- updates, so the Delta D columns are NULL.
+--
+-- The report section's spec (pdm_replay/report/section_catalog.py) registers the views on
+-- every report connection and runs the named query at the end of this file.
 
 -- One row per (family, out-of-region token) with every keep_<mask> column.
 CREATE OR REPLACE VIEW comparison_region AS
@@ -28,11 +31,11 @@ CREATE OR REPLACE VIEW comparison_decisions AS
 SELECT substr(keep_column, 6) AS name, family, delta, seed, sample_id, pos, kept
 FROM (UNPIVOT comparison_region ON COLUMNS('^keep_') INTO NAME keep_column VALUE kept)
 UNION ALL
-SELECT 'actual', r.family, r.delta, r.seed, r.sample_id, r.pos, u.kept
+SELECT getvariable('report_run').actual, r.family, r.delta, r.seed, r.sample_id, r.pos, u.kept
 FROM comparison_region AS r
 JOIN updates AS u
   ON u.seed = r.seed AND u.sample_id = r.sample_id AND u.pos = r.pos
- AND u.update_mask = 'actual';
+ AND u.update_mask = getvariable('report_run').actual;
 
 -- Keep counts over every token of the run, per mask (and `actual`).
 CREATE OR REPLACE VIEW comparison_totals AS
@@ -41,8 +44,8 @@ FROM (UNPIVOT (SELECT count(*) AS n_tokens, sum(CAST(COLUMNS('^keep_') AS BIGINT
                FROM tokens)
       ON COLUMNS('^keep_') INTO NAME keep_column VALUE n_kept)
 UNION ALL
-SELECT 'actual', count(*), count(*) FILTER (WHERE kept)
-FROM updates WHERE update_mask = 'actual'
+SELECT getvariable('report_run').actual, count(*), count(*) FILTER (WHERE kept)
+FROM updates WHERE update_mask = getvariable('report_run').actual
 HAVING count(*) > 0;
 
 -- Realized Delta D of each out-of-region token under the deciding mask's own update.
@@ -74,8 +77,8 @@ families AS (
 ),
 own AS (SELECT DISTINCT update_mask FROM updates)
 SELECT t.name AS mask,
-       CASE WHEN t.name = 'actual' AND m.name IS NULL THEN 'trainer' ELSE m.direction END
-           AS direction,
+       CASE WHEN t.name = getvariable('report_run').actual AND m.name IS NULL
+            THEN 'trainer' ELSE m.direction END AS direction,
        m.family AS mask_family,
        f.family, f.delta,
        t.n_tokens, t.n_kept,
@@ -96,3 +99,10 @@ LEFT JOIN agg AS a ON a.name = t.name AND a.family = f.family
 LEFT JOIN own AS o ON o.update_mask = t.name
 LEFT JOIN mask_variants AS v ON v.name = t.name
 LEFT JOIN masks AS m ON m.name = coalesce(v.mask, t.name);
+
+-- name: mask_comparison
+-- Every mask of the run (registry order, `actual` last) x divergence family ($family NULL:
+-- both).
+SELECT * EXCLUDE (ord) FROM mask_comparison
+WHERE $family IS NULL OR family = $family
+ORDER BY family, ord, mask;

@@ -42,8 +42,8 @@ def test_small_output_is_read_whole_and_says_so(outputs) -> None:
 def test_big_output_reads_a_bounded_seeded_sample(outputs) -> None:
     ray, _ = outputs
     manifest = masks_manifest(ray)
-    files, note = chosen_parts(ray, manifest, max_tokens=20_000, seed=3)
-    again, _ = chosen_parts(ray, manifest, max_tokens=20_000, seed=3)
+    files, note = chosen_parts(ray, manifest, max_tokens=20_000, rng_seed=3)
+    again, _ = chosen_parts(ray, manifest, max_tokens=20_000, rng_seed=3)
     assert files == again and 0 < len(files) < len(manifest["parts"])
     read = sum(manifest["parts"][str(f.relative_to(ray))] for f in files)
     biggest = max(manifest["parts"].values())

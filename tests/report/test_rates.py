@@ -73,9 +73,9 @@ def test_duplicated_samples_do_not_narrow_the_interval() -> None:
     rng = np.random.default_rng(3)
     base = [(i, 0, int(m), int(rng.integers(0, m + 1)), int(p), int(rng.integers(0, p + 1)))
             for i, (m, p) in enumerate(rng.integers(1, 5, size=(6, 2)))]
-    once = cluster_bootstrap_diff(counts(base, 6, 1), n_resamples=500, seed=7)
+    once = cluster_bootstrap_diff(counts(base, 6, 1), n_resamples=500, rng_seed=7)
     twice = cluster_bootstrap_diff(counts(base + [(c, 1, *r) for c, _, *r in base], 6, 2),
-                                   n_resamples=500, seed=7)
+                                   n_resamples=500, rng_seed=7)
     assert (twice.pooled_low, twice.pooled_high) == pytest.approx(
         (once.pooled_low, once.pooled_high), abs=1e-12)
     assert once.pooled_high > once.pooled_low  # not a degenerate case
@@ -84,7 +84,7 @@ def test_duplicated_samples_do_not_narrow_the_interval() -> None:
 def test_every_sample_alike_gives_a_point_interval() -> None:
     # each sample: ratio 1 of 2 unsafe, predictive 0 of 1: every resample has diff 1/2
     c = counts([(i, i % 3, 2, 1, 1, 0) for i in range(9)], 12, 3)  # 3 samples with no token
-    ci = cluster_bootstrap_diff(c, n_resamples=300, seed=0)
+    ci = cluster_bootstrap_diff(c, n_resamples=300, rng_seed=0)
     assert (ci.pooled_low, ci.pooled_high, ci.seed_mean_low, ci.seed_mean_high) == \
         pytest.approx((0.5, 0.5, 0.5, 0.5))
     assert (ci.n_resamples, ci.n_clusters) == (300, 12)
@@ -94,8 +94,8 @@ def test_every_sample_alike_gives_a_point_interval() -> None:
 @given(st.integers(0, 2**32 - 1), st.integers(1, 600))
 def test_bootstrap_is_deterministic_and_brackets_possible_values(seed: int, b: int) -> None:
     c = counts([(0, 0, 3, 2, 1, 0), (1, 0, 1, 0, 2, 2), (2, 1, 2, 2, 2, 1)], 3, 2)
-    one = cluster_bootstrap_diff(c, n_resamples=b, seed=seed)
-    assert one == cluster_bootstrap_diff(c, n_resamples=b, seed=seed)
+    one = cluster_bootstrap_diff(c, n_resamples=b, rng_seed=seed)
+    assert one == cluster_bootstrap_diff(c, n_resamples=b, rng_seed=seed)
     assert -1.0 <= one.pooled_low <= one.pooled_high <= 1.0
 
 

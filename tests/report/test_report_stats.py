@@ -78,13 +78,13 @@ def test_midranks() -> None:
 
 def test_bootstrap_is_seeded_and_covers_the_mean() -> None:
     v = np.random.default_rng(1).normal(0.03, 0.05, 61)
-    a = bootstrap_mean_ci(v, seed=7)
-    assert a == bootstrap_mean_ci(v, seed=7)
-    assert a != bootstrap_mean_ci(v, seed=8)
+    a = bootstrap_mean_ci(v, rng_seed=7)
+    assert a == bootstrap_mean_ci(v, rng_seed=7)
+    assert a != bootstrap_mean_ci(v, rng_seed=8)
     assert a[0] < v.mean() < a[1]
     # the percentile interval is close to mean +- 1.96 standard errors for 61 normal values
     se = v.std(ddof=1) / math.sqrt(len(v))
     assert a == pytest.approx((v.mean() - 1.96 * se, v.mean() + 1.96 * se), abs=0.3 * se)
-    narrow = bootstrap_mean_ci(v, confidence=0.5, seed=7)
+    narrow = bootstrap_mean_ci(v, confidence=0.5, rng_seed=7)
     assert a[0] < narrow[0] < narrow[1] < a[1]
     assert all(math.isnan(x) for x in bootstrap_mean_ci([float("nan")]))

@@ -14,12 +14,13 @@ import streamlit as st
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, tokenizer
 from pdm_replay.dashboard_app.text import context_html, token_texts
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report import dashboard_api as dapi
 
 ANY = "any"
-UPDATE_LABELS = {"own": "own update (the mask that kept it)", "ratio": "ratio mask's update",
-                 "predictive": "predictive mask's update", "none": "none (every token kept)",
-                 "actual": "actual (the trainer's real step)"}
+UPDATE_LABELS = {OWN: f"{OWN} update (the mask that kept it)", "ratio": "ratio mask's update",
+                 "predictive": "predictive mask's update", NONE: f"{NONE} (every token kept)",
+                 ACTUAL: f"{ACTUAL} (the trainer's real step)"}
 KEPT_LABELS = {ANY: ANY, "ratio": "kept by ratio, masked by predictive",
                "predictive": "kept by predictive, masked by ratio"}
 ADV_LABELS = {ANY: ANY, 1: "Â > 0", -1: "Â < 0"}
@@ -126,7 +127,7 @@ def _detail_metrics(row: dict, token: dict, updates: pl.DataFrame) -> None:
 def _support_chart(run: RunRef, row: dict, key: dict, token: dict, updates: pl.DataFrame,
                    tok: Any) -> None:
     """Per support token when the run has the per-support lists, else k / rest of S / tail."""
-    masks = [m for m in (row["ratio_update"], row["predictive_update"], "none", "actual") if m]
+    masks = [m for m in (row["ratio_update"], row["predictive_update"], NONE, ACTUAL) if m]
     dist = data(run, dapi.support_distribution, **key, update_masks=masks)
     if dist.height:
         ids = dist.filter(pl.col("token_id").is_not_null())

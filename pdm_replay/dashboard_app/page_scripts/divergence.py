@@ -8,6 +8,7 @@ import streamlit as st
 
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import data, open_page
+from pdm_replay.names import ACTUAL, NONE
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.render import display_frame
@@ -51,16 +52,17 @@ def render() -> None:
                  key="div_sign_accuracy")
 
 
-BASIS_NAMES = {"actual": "`actual` (the trainer's real step)", "none": "`none` (keep-all)"}
+BASIS_NAMES = {ACTUAL: f"`{ACTUAL}` (the trainer's real step)",
+               NONE: f"`{NONE}` (every token kept)"}
 
 
 def sign_accuracy_heading(bases: list[str]) -> str:
     """The sign-accuracy heading, naming the updates of its rows in their order.
 
     >>> sign_accuracy_heading(["actual", "none"])
-    "Sign accuracy of the direction predictors vs ΔD under `actual` (the trainer's real step), then `none` (keep-all): column basis"
+    "Sign accuracy of the direction predictors vs ΔD under `actual` (the trainer's real step), then `none` (every token kept): column basis"
     """
-    names = [BASIS_NAMES.get(b, f"`{b}`") for b in bases] or [BASIS_NAMES["none"]]
+    names = [BASIS_NAMES.get(b, f"`{b}`") for b in bases] or [BASIS_NAMES[NONE]]
     return ("Sign accuracy of the direction predictors vs ΔD under " + ", then ".join(names)
             + (": column basis" if len(names) > 1 else ""))
 

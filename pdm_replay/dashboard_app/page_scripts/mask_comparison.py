@@ -9,24 +9,22 @@ import polars as pl
 import streamlit as st
 
 from pdm_replay.dashboard_app import charts
-from pdm_replay.dashboard_app.state import data, open_page, run_info
+from pdm_replay.dashboard_app.state import data, open_page
+from pdm_replay.names import ACTUAL
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.legend import LEGEND_TEXT
-from pdm_replay.report.render import mask_comparison_display
+from pdm_replay.report.render import section_display
+from pdm_replay.report.section_catalog import MASK_COMPARISON
 
 FAMILIES = {"KL": "kl", "TV": "tv"}
-TERMS = ("keep", "out of region kept", "median / p10 / p90 ΔD", "ΔD > 0")
 
 
 def render() -> None:
     run = open_page("Mask comparison", "Which mask would have kept the divergence down, "
                     "at what cost in kept gradient? Every mask on the same out-of-region "
                     "tokens (top-K D > δ at the run's thresholds).")
-    info, _ = run_info(run)
     family = FAMILIES[st.radio("Divergence", list(FAMILIES), horizontal=True,
                                key="mc_family")]
-    frame = data(run, dapi.mask_comparison, family=family)
-    why = dapi.comparison_note(frame, info.has_updates)
+    frame, why = data(run, dapi.section_table, section=MASK_COMPARISON.name, family=family)
     st.subheader("Keep fraction vs realized ΔD under each mask's own update")
     measured = frame.filter(pl.col("n_measured") > 0)
     if measured.is_empty():
@@ -34,13 +32,14 @@ def render() -> None:
     else:
         st.altair_chart(charts.mask_comparison_chart(measured))
         st.caption(f"{measured.height} masks with a measured own update; below 0: the "
-                   "divergence of out-of-region tokens shrank. `actual` is the trainer's "
+                   f"divergence of out-of-region tokens shrank. `{ACTUAL}` is the trainer's "
                    "real step.")
     st.subheader("Every mask")
-    st.dataframe(mask_comparison_display(frame), hide_index=True, key="mask_comparison")
+    st.dataframe(section_display(MASK_COMPARISON.name, frame), hide_index=True,
+                 key="mask_comparison")
     if why and not measured.is_empty():
         st.caption(why)
-    st.markdown("\n".join(f"- **{t}**: {LEGEND_TEXT[t]}" for t in TERMS))
+    st.markdown("\n".join(f"- **{t}**: {text}" for t, text in MASK_COMPARISON.legend))
 
 
 if __name__ == "__main__":  # Streamlit runs pages as __main__; importing renders nothing

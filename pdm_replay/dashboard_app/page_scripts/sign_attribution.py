@@ -9,6 +9,7 @@ import streamlit as st
 
 from pdm_replay.dashboard_app import attribution_charts as charts
 from pdm_replay.dashboard_app.state import data, open_page, run_info
+from pdm_replay.names import NONE
 from pdm_replay.report import attribution_report as attr
 
 SPLIT_HELP = ("For each out-of-region KL token with Â ≠ 0 kept by the update, the chain "
@@ -27,7 +28,7 @@ def _update_mask(run) -> str | None:
     if coverage.is_empty():
         return None
     masks = coverage["update_mask"].to_list()
-    choice = st.selectbox("Update", masks, index=masks.index("none") if "none" in masks else 0,
+    choice = st.selectbox("Update", masks, index=masks.index(NONE) if NONE in masks else 0,
                           key="attr_update", help="The simulated update whose ΔD is split.")
     row = coverage.filter(pl.col("update_mask") == choice).row(0, named=True)
     cols = st.columns(3)
