@@ -28,8 +28,6 @@ from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.replay.outputs import PreUpdate, post_columns
 
-ACTUAL = "actual"  # updates/v1 update_mask of the trainer's real step
-
 
 def _named(policy: Policy) -> dict[str, nn.Parameter]:
     return dict(policy.model.named_parameters())

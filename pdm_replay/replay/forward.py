@@ -13,11 +13,11 @@ import torch
 from torch import Tensor
 
 from pdm_replay.math.support import Support
+from pdm_replay.math.surrogate import surrogate_loss
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.gpu import to_host, wait_host
 from pdm_replay.replay.recompute import SupportStats, support_stats, token_logprob
-from pdm_replay.replay.step import surrogate_loss
 
 
 @dataclass(frozen=True)

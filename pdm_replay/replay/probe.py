@@ -79,7 +79,7 @@ def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: i
         policy, batches, inputs, torch.ones(n, dtype=torch.float64), n, cfg),
         optimizer="sgd", lr=lr, measure=lambda s: s.delta())
     attr = seed_attribution(policy, snap.params, batches, pre, flat.loss_mask,
-                            inputs.logp_behavior, seed=seed, optimizer="adam", lr=lr,
+                            inputs.logp_behavior, rng_seed=seed, optimizer="adam", lr=lr,
                             sample_size=0, thresholds=Thresholds(),
                             temperature=cfg.temperature, chunk_tokens=chunk_tokens)
     return ProbedStep(policy, flat, batches, cfg, pre, inputs, snap, delta, attr)

@@ -54,12 +54,11 @@ import pyarrow as pa
 
 from pdm_replay.masks.kinds import Criterion
 from pdm_replay.masks import MASK_SPECS, MaskPair, Thresholds, mask_pairs, token_region
+from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.schema import tokens_schema
 
-ACTUAL = "actual"  # the update name `replay --next-checkpoint` writes (replay/actual.py)
-NONE = "none"
-BASES = (ACTUAL, "own", NONE)  # print order: the trainer's real step first
+BASES = (ACTUAL, OWN, NONE)  # print order: the trainer's real step first
 
 
 @dataclass(frozen=True)
@@ -218,7 +217,7 @@ def comparisons(info: RunInfo, updates: Collection[str], *,
 def bases(updates: Collection[str], *, has_updates: bool) -> list[str]:
     """The bases this run can measure, in print order (``own`` always: without updates
     it carries the counts, with empty rates)."""
-    return [b for b in BASES if b == "own" or (has_updates and b in updates)]
+    return [b for b in BASES if b == OWN or (has_updates and b in updates)]
 
 
 def comparisons_table(cs: list[Comparison], *, has_updates: bool) -> pa.Table:
