@@ -32,7 +32,8 @@ from pdm_replay.masks import Thresholds
 from pdm_replay.replay.attribution_pass import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import MicroBatch, micro_batches
 from pdm_replay.replay.checkpoint import Policy, load_policy
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, simulated_step
 from pdm_replay.replay.outputs import PreUpdate, log_support, pre_update

@@ -24,7 +24,8 @@ from pdm_replay.math.support import (ReducedPair, build_support, gather_support_
 from pdm_replay.replay.attribution_pass import attribution_sample, disagreement_tokens, shard_sample
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
                                              linear_chunk_tangents)
