@@ -41,6 +41,7 @@ from pdm_replay.errors import FieldError
 from pdm_replay.heap import reuse_freed_memory
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
+from pdm_replay.masks import Mask
 from pdm_replay.names import ACTUAL
 from pdm_replay.replay import manifest as mf
 from pdm_replay.replay import seed_records as rec
@@ -59,6 +60,7 @@ from pdm_replay.replay.run_doc import device_info, plan_doc, run_warnings, varia
 from pdm_replay.replay.seeds import SeedPlan
 from pdm_replay.replay.step import GradReduce, StepInfo
 from pdm_replay.replay.sweep import build_variants, trainer_variant
+from pdm_replay.schema import RolloutMeta
 from pdm_replay.commands.replay_steps import (Group, Progress, StageCount, Updates, now,
                                               pre_pass, run_summary)
 from pdm_replay.threads import choose_threads, cpu_budget, torch_threads, wait_policy_record
@@ -81,6 +83,23 @@ class ReplayRecipe:
     :class:`~pdm_replay.replay.distributed.Dist`; ``grad_reduce`` (default: the ranks'
     all-reduce) combines the simulated steps' gradients; ``on_progress`` gets (stages
     done, stages total, tokens/s)."""
+
+    # What setup() fixes for every seed: the log, its seed plan, the slot of the logged
+    # step's models, the run directory and its manifest, the masks (the config's names,
+    # built) and how updates are taken; run_seeds() adds the progress count.
+    meta: RolloutMeta
+    index: LogIndex
+    plan: SeedPlan
+    source: ModelSource
+    slot: ModelSlot
+    layout: mf.RunLayout
+    doc: mf.Manifest
+    pass_cfg: PassConfig
+    masks: dict[str, Mask]
+    update_masks: dict[str, Mask]
+    trainer_mask: Mask | None
+    updates: Updates
+    progress: StageCount
 
     def __init__(self, cfg: ReplayConfig, on_progress: Progress | None = None,
                  grad_reduce: GradReduce | None = None, dist: Dist = LOCAL) -> None:
