@@ -114,17 +114,17 @@ class Updates:
         """One update mask of gradient weights ``mask_weight`` ``(N,)`` (keep as 0/1, or an
         IS weight): step, post-update statistics, restore. Returns updates columns;
         ``info`` receives the lr used and the realized ‖Δθ‖."""
-        loss_mask, inputs, cfg = g.loss_mask, g.inputs, self.pass_cfg
+        loss_mask, inputs, passes = g.loss_mask, g.inputs, self.pass_cfg
         weight = mask_weight.double() * loss_mask
-        # Every loss token of the global batch (all ranks): a mask never changes the normaliser.
+        # Every loss token of the global batch (all ranks): a mask never changes the normalizer.
         n_tokens = self.dist.sum_int(int(loss_mask.sum()))
         post, delta = simulated_step(
             models.snapshot.params, models.snapshot,
             lambda: accumulate_gradients(models.policy, g.batches, inputs, weight, n_tokens,
-                                         cfg),
+                                         passes),
             optimizer=models.optimizer(self.optimizer), lr=models.lr(self.lr),
             grad_reduce=self.grad_reduce, info=info,
-            measure=lambda snap: (forward_stats(models.policy, g.batches, g.pre.support, cfg,
+            measure=lambda snap: (forward_stats(models.policy, g.batches, g.pre.support, passes,
                                                 models.behavior, g.mu_hidden),
                                   snap.delta() if attr else None))
         cols = post_columns(g.pre, post)

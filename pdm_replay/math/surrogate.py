@@ -21,7 +21,7 @@ def surrogate_loss(logp_k: Tensor, logp_behavior: Tensor, advantage: Tensor, wei
     """``−Σ_t w_t · r_t · Â_t / n_tokens`` with ``r = exp(log π(k) − log µ(k))``; all ``(N,)``.
 
     ``n_tokens`` counts every loss token of the (global) batch, so a mask that drops tokens
-    does not change the normalisation of the ones it keeps.
+    does not change the normalization of the ones it keeps.
     """
     r = torch.exp(logp_k.double() - logp_behavior.double())
     return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
