@@ -51,7 +51,8 @@ from pdm_replay.math.support import build_support
 from pdm_replay.replay.batching import micro_batches, pad_batch
 from pdm_replay.replay.checkpoint import Policy, make_head
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.commands.replay import run_replay
 
@@ -240,8 +241,8 @@ def _update_cpu_seconds():
     """CPU seconds of each simulated update of a replay, in mask order. CPU time is steadier
     than wall time on a shared machine: idle OpenMP threads sleep (``apply_wait_policy``),
     so time slices lost to other processes do not count, where they stretch wall time."""
-    import pdm_replay.commands.replay as command
-    seconds, simulate = [], command._simulate
+    from pdm_replay.commands.replay_steps import Updates
+    seconds, simulate = [], Updates.simulate
 
     def timed(*args, **kwargs):
         cpu = time.process_time()
@@ -249,11 +250,11 @@ def _update_cpu_seconds():
             return simulate(*args, **kwargs)
         finally:
             seconds.append(time.process_time() - cpu)
-    command._simulate = timed
+    Updates.simulate = timed
     try:
         yield seconds
     finally:
-        command._simulate = simulate
+        Updates.simulate = simulate
 
 
 REAL_SEEDS = 3  # per mask: best of 3 seeds of the same shapes, as the baseline is best of 4

@@ -6,11 +6,12 @@ replay of the shipped sample takes before its first seed starts.
    same run (the interpreter's own start).
 2. Before the first seed: a child process runs ``pdm_replay.cli.main`` on
    ``replay sample_data/rollouts --checkpoint sample_data/checkpoints/step_8
-   --behavior-checkpoint sample_data/behavior/step_8 --seeds 1`` with ``replay_seed`` wrapped to print the wall clock
-   when it is first called; the figure is that instant minus the moment the parent
-   launched the process (interpreter start, imports, checkpoint and log loading, checks;
-   target <= 3 s). The child's imports are then listed by cost (``-X importtime``) so
-   the floor (torch, transformers' modeling stack) is visible.
+   --behavior-checkpoint sample_data/behavior/step_8 --seeds 1`` with
+   ``ReplayRecipe.run_seed`` wrapped to print the wall clock when it is first called; the
+   figure is that instant minus the moment the parent launched the process (interpreter
+   start, imports, checkpoint and log loading, checks; target <= 3 s). The child's imports
+   are then listed by cost (``-X importtime``) so the floor (torch, transformers' modeling
+   stack) is visible.
 
 Usage: ``python benchmarks/bench_startup.py [--repeats 5] [--baseline /work/main]
 [--json out.json]``
@@ -32,14 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ("", "validate", "masks", "ingest", "replay", "report", "sql", "make-sample",
             "dashboard")
-# What `pdm-replay replay` does, with replay_seed wrapped: the wait policy first (as main()
-# does), the replay module imported ahead of the command (those imports count either way).
+# What `pdm-replay replay` does, with ReplayRecipe.run_seed wrapped: the wait policy first
+# (as main() does), the replay module imported ahead of the command (those imports count
+# either way).
 CHILD = """
 import sys, time
 from pdm_replay.threads import apply_wait_policy
 apply_wait_policy()
 import pdm_replay.commands.replay as run
-first = run.replay_seed
+first = run.ReplayRecipe.run_seed
 def timed(*args, **kwargs):
     if not getattr(timed, "seen", False):
         timed.seen = True
@@ -47,7 +49,7 @@ def timed(*args, **kwargs):
         print("LOADED", ",".join(m for m in ("polars", "duckdb", "pandas", "scipy", "streamlit")
                                  if m in sys.modules), file=sys.stderr, flush=True)
     return first(*args, **kwargs)
-run.replay_seed = timed
+run.ReplayRecipe.run_seed = timed
 from pdm_replay.cli import main
 sys.argv = ["pdm-replay", *sys.argv[1:]]
 main()
@@ -85,7 +87,7 @@ def replay_args(out: Path) -> list[str]:
 
 
 def launch_to_first_seed(*flags: str) -> tuple[float, str]:
-    """Seconds from launch to the first ``replay_seed`` call, and the child's stderr."""
+    """Seconds from launch to the first ``ReplayRecipe.run_seed`` call, and the child's stderr."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.time()
         res = subprocess.run([sys.executable, *flags, "-c", CHILD,

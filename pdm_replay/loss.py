@@ -4,7 +4,7 @@
 carrying the gradient through ``logp`` and ``w_t`` the mask's weight (0/1 keep, or an IS
 weight) computed from detached statistics: exactly the loss whose gradient the replay's
 :func:`~pdm_replay.replay.step.simulated_step` applies
-(:func:`~pdm_replay.replay.step.surrogate_loss`, called here), so a mask studied offline
+(:func:`~pdm_replay.math.surrogate.surrogate_loss`, called here), so a mask studied offline
 trains the same way online. ``N`` is every loss token (``loss_mask.sum()``), as in the
 replay: a mask never changes the normaliser. See ``docs/loss.md`` for TRL and verl use.
 
@@ -31,8 +31,8 @@ from pdm_replay.math.metrics import TokenStats
 from pdm_replay.math.segments import Segments
 from pdm_replay.math.sums import pair_sums
 from pdm_replay.math.support import build_support, reduce_logged_pair
+from pdm_replay.math.surrogate import surrogate_loss
 from pdm_replay.math.token_builder import LoggedTopK, build_token_stats
-from pdm_replay.replay.step import surrogate_loss
 
 
 def mask_stats(logp: Tensor, logp_behavior: Tensor, advantages: Tensor,

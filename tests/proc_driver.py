@@ -63,7 +63,7 @@ def _install(hook: str, directory: Path) -> None:
 
     kill, hold = (lambda: _kill(directory)), (lambda: _hold(directory))
     if hook == "kill-during-seed":  # seed 1's pre pass done, nothing of it written
-        _after_nth(run, "_pre_pass", 1, kill, lambda ctx, seed, rows: seed == 1)
+        _after_nth(run, "pre_pass", 1, kill, lambda models, index, seed, rows, **kw: seed == 1)
     elif hook == "kill-between-seeds":  # seed 0 finished (done marker written)
         _after_nth(run, "finish_seed", 1, kill)
     elif hook in ("kill-while-writing", "kill-masks-writing", "kill-ingest-writing"):

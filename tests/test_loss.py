@@ -10,7 +10,8 @@ from pdm_replay.io.reader import FlatTokens
 from pdm_replay.loss import mask_stats, policy_loss
 from pdm_replay.masks import MASK_SPECS, Thresholds
 from pdm_replay.math.segments import Segments
-from pdm_replay.replay.step import ParamSnapshot, simulated_step, surrogate_loss
+from pdm_replay.math.surrogate import surrogate_loss
+from pdm_replay.replay.step import ParamSnapshot, simulated_step
 from pdm_replay.schema import RolloutMeta
 from pdm_replay.tokens import log_stats
 

@@ -34,7 +34,8 @@ from pdm_replay.io.log import RolloutLog
 from pdm_replay.names import DTYPES, ENGINES
 from pdm_replay.replay.checkpoint import (CheckpointError, CheckpointFieldError, Policy,
                                           check_checkpoint_dir, check_compatible, load_policy)
-from pdm_replay.replay.data import LogIndex, check_replayable, log_steps, read_rows
+from pdm_replay.replay.data import check_replayable, read_rows
+from pdm_replay.replay.log_index import LogIndex, log_steps
 from pdm_replay.replay.forward import PassConfig
 from pdm_replay.replay.templates import check_template, resolve
 from pdm_replay.replay.train_columns import recompute_train

@@ -5,9 +5,11 @@ Building blocks, smallest first: :mod:`.batching` (prompt + response micro-batch
 :mod:`.recompute` (chunked full-vocabulary statistics from hidden states, pure torch),
 :mod:`.step` (one simulated step and the bit-exact restore), :mod:`.forward` (model passes),
 :mod:`.outputs` (Arrow outputs; the end-of-run numbers are the report's headline);
-:mod:`.checkpoint`, :mod:`.data` and :mod:`.manifest` do the I/O and
-:mod:`~pdm_replay.commands.replay` the orchestration, configured by
-:class:`~pdm_replay.replay.config.ReplayConfig`.
+:mod:`.checkpoint`, :mod:`.log_index`, :mod:`.data` and :mod:`.manifest` do the I/O,
+:mod:`.seeds` plans each seed's rows and :mod:`.models` loads each logged step's models.
+None of them reads the configuration: the recipe,
+:class:`~pdm_replay.commands.replay.ReplayRecipe`, is the one reader of
+:class:`~pdm_replay.replay.config.ReplayConfig` and passes each block its arguments.
 :mod:`.distributed` (torchrun: sharded samples, summed gradients), :mod:`.fsdp` (FSDP2)
 and :mod:`.gpu` (chunk size from free memory, pinned copies) scale it out.
 :mod:`.attribution_pass` splits each update's ΔD_kl into first-order parts (forward-mode

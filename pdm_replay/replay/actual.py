@@ -28,8 +28,6 @@ from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.replay.outputs import PreUpdate, post_columns
 
-ACTUAL = "actual"  # updates/v1 update_mask of the trainer's real step
-
 
 def _named(policy: Policy) -> dict[str, nn.Parameter]:
     return dict(policy.model.named_parameters())
@@ -71,13 +69,13 @@ def actual_norm(policy: Policy, next_policy: Policy) -> float:
 
 
 def actual_columns(policy: Policy, next_policy: Policy, params: list[nn.Parameter],
-                   batches: list[MicroBatch], pre: PreUpdate, cfg: PassConfig,
+                   batches: list[MicroBatch], pre: PreUpdate, pass_cfg: PassConfig,
                    behavior: Policy | None = None, mu_hidden: list[Tensor] | None = None,
                    attr: SeedAttribution | None = None) -> dict[str, Tensor | pa.Array]:
     """updates/v1 value columns ``(N,)`` of the actual update: one pass of θ_{t+1} over
     ``batches`` at ``pre``'s supports; with ``attr`` the linear term along θ_{t+1} − θ_t
     (``params``: the snapshot's, in its order)."""
-    post = forward_stats(next_policy, batches, pre.support, cfg, behavior, mu_hidden)
+    post = forward_stats(next_policy, batches, pre.support, pass_cfg, behavior, mu_hidden)
     cols = post_columns(pre, post)
     if attr is not None:
         lin = attr.linear(actual_delta(policy, next_policy, params))

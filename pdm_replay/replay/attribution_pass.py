@@ -14,8 +14,8 @@ For an update with actual parameter step Δθ (``snapshot.delta()``), per loss t
 The sample (per seed, drawn once, shared by every SGD update) is every KL disagreement token
 (out of region, the two masks of some KL pair of the registry,
 :func:`~pdm_replay.masks.mask_pairs`, deciding differently) plus ``sample_size`` other
-loss tokens with Â ≠ 0, drawn with a generator seeded by the replay seed. The inner
-products do not depend on the update, so they are computed once per seed, at θ.
+loss tokens with Â ≠ 0, drawn with a generator seeded by ``rng_seed`` (the replay seed).
+The inner products do not depend on the update, so they are computed once per seed, at θ.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ def disagreement_tokens(stats: TokenStats, thresholds: Thresholds) -> np.ndarray
 
 
 def attribution_sample(stats: TokenStats, loss_mask: np.ndarray, thresholds: Thresholds,
-                       sample_size: int, seed: int, dist: Dist = LOCAL) -> np.ndarray:
+                       sample_size: int, rng_seed: int, dist: Dist = LOCAL) -> np.ndarray:
     """Sorted flat indices: every disagreement loss token plus ``sample_size`` other loss
-    tokens with Â ≠ 0 (all of them when fewer), drawn deterministically from ``seed``.
+    tokens with Â ≠ 0 (all of them when fewer), drawn deterministically from ``rng_seed``.
 
     Under torchrun the draw is over the whole seed batch (this rank's tokens are a
     contiguous share of it), so every world size samples the same tokens.
@@ -74,22 +74,23 @@ def attribution_sample(stats: TokenStats, loss_mask: np.ndarray, thresholds: Thr
     dis = disagreement_tokens(stats, thresholds) & loss_mask
     rest = np.flatnonzero(loss_mask & ~dis & (stats.advantage.numpy() != 0))
     counts = dist.all_gather_int(rest.size)
-    mine = shard_sample(counts, dist.rank, sample_size, seed)
+    mine = shard_sample(counts, dist.rank, sample_size, rng_seed)
     return np.sort(np.concatenate([np.flatnonzero(dis), rest[mine]])).astype(np.int64)
 
 
-def shard_sample(counts: list[int], rank: int, sample_size: int, seed: int) -> np.ndarray:
+def shard_sample(counts: list[int], rank: int, sample_size: int, rng_seed: int
+                 ) -> np.ndarray:
     """Positions in rank ``rank``'s candidates of a draw of ``sample_size`` among all ranks'
     candidates (``counts`` per rank, concatenated in rank order), without replacement.
 
     One process with 10 candidates, and the same 10 split 4 + 6 over two ranks:
 
-    >>> shard_sample([10], 0, 3, seed=0).tolist()
+    >>> shard_sample([10], 0, 3, rng_seed=0).tolist()
     [1, 3, 5]
-    >>> shard_sample([4, 6], 0, 3, seed=0).tolist(), shard_sample([4, 6], 1, 3, seed=0).tolist()
+    >>> shard_sample([4, 6], 0, 3, 0).tolist(), shard_sample([4, 6], 1, 3, 0).tolist()
     ([1, 3], [1])
     """
-    rng = np.random.default_rng([seed, SAMPLE_STREAM])
+    rng = np.random.default_rng([rng_seed, SAMPLE_STREAM])
     total, start = sum(counts), sum(counts[:rank])
     picks = rng.choice(total, size=min(sample_size, total), replace=False)
     return np.sort(picks[(picks >= start) & (picks < start + counts[rank])] - start)
@@ -175,10 +176,11 @@ def sample_dots(tangent: TangentPass, batches: list[MicroBatch], weights: KLWeig
 
 def seed_attribution(policy: Policy, params: list[torch.nn.Parameter],
                      batches: list[MicroBatch], pre: PreUpdate, loss_mask: np.ndarray,
-                     logp_behavior: Tensor, *, seed: int, optimizer: str, lr: float,
+                     logp_behavior: Tensor, *, rng_seed: int, optimizer: str, lr: float,
                      sample_size: int, thresholds: Thresholds, temperature: float,
                      chunk_tokens: int, dist: Dist = LOCAL) -> SeedAttribution:
-    """Set up one seed's attribution; for SGD also draw the sample and compute its dots.
+    """Set up one seed's attribution; for SGD also draw the sample (from ``rng_seed``) and
+    compute its dots.
 
     ``params`` are the snapshot's parameters (the order of ``snapshot.delta()``).
     """
@@ -191,8 +193,8 @@ def seed_attribution(policy: Policy, params: list[torch.nn.Parameter],
     attr = SeedAttribution(tangent, batches, weights, parameter_names(policy, params),
                            advantage, ratio, lr)
     if optimizer == "sgd":
-        attr.sample = attribution_sample(pre.stats, loss_mask, thresholds, sample_size, seed,
-                                         dist)
+        attr.sample = attribution_sample(pre.stats, loss_mask, thresholds, sample_size,
+                                         rng_seed, dist)
         attr.dots = sample_dots(tangent, batches, weights, attr.sample, advantage,
                                 gradient_memory(policy.device))
     return attr

@@ -44,7 +44,7 @@ class CheckpointError(ValueError):
 
 
 class CheckpointFieldError(FieldError, CheckpointError):
-    """A :class:`CheckpointError` whose fix names a setting (a ReplayConfig field)."""
+    """A :class:`CheckpointError` whose fix names a setting (a config field)."""
 
 
 def _read_json(path: Path) -> dict:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from pdm_replay.errors import FieldError  # also importable from here, beside the config
 from pdm_replay.masks import MASK_SPECS, Thresholds, load_mask_module, resolve_names
-from pdm_replay.names import DTYPES, OPTIMIZERS, SEED_BY
+from pdm_replay.names import DTYPES, NONE, OPTIMIZERS, SEED_BY
 from pdm_replay.replay.sweep import Sweep, trainer_variant
 from pdm_replay.replay.templates import check_template
 
@@ -31,7 +31,7 @@ RECOMPUTE_COPIES = 2  # (C, V) buffers of a recompute pass: the head's output, i
 # the one statement of the chunk memory: `replay --help` and the README (a test checks both)
 CHUNK_MEMORY = (f"{RECOMPUTE_COPIES} · C · V · 4 bytes in the recompute passes and "
                 f"{CHUNK_COPIES} · C · V · 4 at the peak of a simulated step (V: vocabulary)")
-DEFAULT_UPDATE_MASKS = ("none", "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
+DEFAULT_UPDATE_MASKS = (NONE, "dppo_topk_kl", "pdm_kl_agg", "pdm_kl_uniform",
                         "dppo_topk_tv", "pdm_tv_agg", "pdm_tv_uniform")
 # Options a resumed run may change: ``resume`` itself; ``seeds`` (a seed's results do not
 # depend on how many seeds there are, so resuming with more seeds extends a run); the

@@ -1,6 +1,6 @@
 """The log side of replay: check a log can be replayed, draw each seed's samples, read them.
 
-Which global rows (every file, in sorted file order) a seed reads is
+Which global rows (:class:`~pdm_replay.replay.log_index.LogIndex`) a seed reads is
 :mod:`pdm_replay.replay.seeds`' business; here they are read in log order: the same seed
 always reads the same rows, whatever ran before it.
 
@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdm_replay.errors import InputError, reading
-from pdm_replay.io.reader import (FlatTokens, list_parquet_files, open_parquet, read_table,
-                                  rows_for_tokens)
+from pdm_replay.io.reader import FlatTokens, open_parquet, rows_for_tokens
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.seeds import draw_rows
 from pdm_replay.schema import ROLLOUT_V1
 from pdm_replay.checks import ValidationReport, check_batch
@@ -31,29 +31,6 @@ from pdm_replay.checks import ValidationReport, check_batch
 REPLAY_COLUMNS = ("sample_id", "prompt_ids", "response_ids")
 SCAN_TOKENS = 1 << 22  # response tokens per batch of the id scan (int32 ids: ~16 MB)
 CHECK_ROWS = 1024  # rows per batch of the up-front value check
-
-
-@dataclass(frozen=True)
-class LogIndex:
-    """Row counts of every file of a log, for global row indices."""
-
-    files: tuple[Path, ...]
-    rows: tuple[int, ...]
-
-    @property
-    def n_rows(self) -> int:
-        return sum(self.rows)
-
-    @classmethod
-    def of(cls, path: Path | str) -> "LogIndex":
-        files = tuple(list_parquet_files(path))
-        return cls(files, tuple(open_parquet(f).metadata.num_rows for f in files))
-
-
-def log_steps(index: LogIndex) -> np.ndarray:
-    """The logged ``step`` of every global row ``(n_rows,)`` int64."""
-    parts = [read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
 def read_rows(index: LogIndex, rows: np.ndarray) -> pa.Table:

@@ -13,11 +13,11 @@ import torch
 from torch import Tensor
 
 from pdm_replay.math.support import Support
+from pdm_replay.math.surrogate import surrogate_loss
 from pdm_replay.replay.batching import MicroBatch
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.gpu import to_host, wait_host
 from pdm_replay.replay.recompute import SupportStats, support_stats, token_logprob
-from pdm_replay.replay.step import surrogate_loss
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def behavior_hidden(policy: Policy, batches: list[MicroBatch]) -> list[Tensor]:
 
 @torch.no_grad()
 def forward_stats(policy: Policy, batches: list[MicroBatch], support: Support,
-                  cfg: PassConfig, behavior: Policy | None = None,
+                  pass_cfg: PassConfig, behavior: Policy | None = None,
                   mu_hidden: list[Tensor] | None = None) -> SupportStats:
     """π's :class:`SupportStats` for every token of ``batches`` (float64, on CPU).
 
@@ -58,7 +58,7 @@ def forward_stats(policy: Policy, batches: list[MicroBatch], support: Support,
     for i, (batch, sl) in enumerate(zip(batches, _slices(batches))):
         h_mu = mu_hidden[i] if mu_hidden is not None else None
         stats = support_stats(policy.hidden(batch), policy.head, support.take(sl),
-                              temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens,
+                              temperature=pass_cfg.temperature, chunk_tokens=pass_cfg.chunk_tokens,
                               hidden_mu=h_mu, head_mu=behavior.head if behavior else None)
         parts.append(_to_cpu(stats))
     wait_host(policy.device)  # one sync per pass: the copies above are asynchronous
@@ -83,7 +83,7 @@ class LossInputs:
 
 
 def accumulate_gradients(policy: Policy, batches: list[MicroBatch], inputs: LossInputs,
-                         weight: Tensor, n_tokens: int, cfg: PassConfig) -> None:
+                         weight: Tensor, n_tokens: int, pass_cfg: PassConfig) -> None:
     """Backward of ``−Σ_t w_t · r_t · Â_t / n_tokens`` into ``p.grad``, one micro-batch at a
     time (so activation memory is one micro-batch). Tokens with ``w_t = 0`` skip the head.
     """
@@ -91,12 +91,12 @@ def accumulate_gradients(policy: Policy, batches: list[MicroBatch], inputs: Loss
         w = weight[sl]
         use = torch.nonzero(w != 0)[:, 0]
         if use.numel() == 0:
-            if cfg.lockstep:  # a zero loss through the body: FSDP's collectives still run
+            if pass_cfg.lockstep:  # a zero loss through the body: FSDP's collectives still run
                 (policy.hidden(batch).sum() * 0.0).backward()
             continue  # no gradient from this micro-batch: skip its forward entirely
         hidden = policy.hidden(batch)[use.to(policy.device)]
         logp = token_logprob(hidden, policy.head, inputs.token_id[sl][use],
-                             temperature=cfg.temperature, chunk_tokens=cfg.chunk_tokens)
+                             temperature=pass_cfg.temperature, chunk_tokens=pass_cfg.chunk_tokens)
         dev = logp.device
         loss = surrogate_loss(logp, inputs.logp_behavior[sl][use].to(dev),
                               inputs.advantage[sl][use].to(dev), w[use].to(dev), n_tokens)

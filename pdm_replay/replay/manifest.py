@@ -24,11 +24,12 @@ import platform
 import shutil
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import atomic_write_bytes
 from pdm_replay.io.lock import LOCK_NAME, DirLock
+from pdm_replay.replay.templates import is_template, resolve
 
 if TYPE_CHECKING:
     from pdm_replay.replay.seed_records import SeedRecord
@@ -99,6 +100,16 @@ def content_hashes(path: Path) -> dict[str, str]:
     files = sorted(p for p in path.rglob("*") if p.is_file()
                    and not any(part.startswith(".") for part in p.relative_to(path).parts))
     return {p.relative_to(path).as_posix(): sha256_file(p) for p in files}
+
+
+def input_hashes(log: Path, paths: Mapping[str, Path], steps: list[int | None]) -> dict:
+    """Manifest ``hashes``: sha256 of every input file, the log's and each of ``paths``'
+    (by setting name), per step (``{"step=<s>": ...}``) for a ``{step}`` template."""
+    out = {"log": content_hashes(log)}
+    for key, path in paths.items():
+        out[key] = ({f"step={s}": content_hashes(resolve(path, s)) for s in steps}
+                    if is_template(path) else content_hashes(path))
+    return out
 
 
 def hash_differences(old: dict, new: dict) -> list[str]:

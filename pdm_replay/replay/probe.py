@@ -32,7 +32,8 @@ from pdm_replay.masks import Thresholds
 from pdm_replay.replay.attribution_pass import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import MicroBatch, micro_batches
 from pdm_replay.replay.checkpoint import Policy, load_policy
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, simulated_step
 from pdm_replay.replay.outputs import PreUpdate, log_support, pre_update
@@ -79,7 +80,7 @@ def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: i
         policy, batches, inputs, torch.ones(n, dtype=torch.float64), n, cfg),
         optimizer="sgd", lr=lr, measure=lambda s: s.delta())
     attr = seed_attribution(policy, snap.params, batches, pre, flat.loss_mask,
-                            inputs.logp_behavior, seed=seed, optimizer="adam", lr=lr,
+                            inputs.logp_behavior, rng_seed=seed, optimizer="adam", lr=lr,
                             sample_size=0, thresholds=Thresholds(),
                             temperature=cfg.temperature, chunk_tokens=chunk_tokens)
     return ProbedStep(policy, flat, batches, cfg, pre, inputs, snap, delta, attr)

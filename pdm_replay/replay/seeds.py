@@ -13,7 +13,9 @@ independent samples, so by default no log row is in two seeds:
   As many seeds fit as the log has steps; overlap cannot help.
 
 A seed's rows depend only on the seed, the log and these options, never on how many seeds
-the run has, so ``--resume`` with more seeds extends a run. Rows come back sorted.
+the run has, so ``--resume`` with more seeds extends a run. Rows come back sorted. The
+replay seed ``s`` is the batch's number; the generators are seeded by words derived from
+it (``[STEP_STREAM, s]``) or from the shuffle's round.
 
 Examples
 --------
@@ -126,6 +128,17 @@ class SeedPlan:
             raise ValueError("splitting a batch by step needs the log's step column")
         steps = self.steps[rows]
         return [(int(s), rows[steps == s]) for s in np.unique(steps)]
+
+    def step_groups(self, seed: int, per_step: bool) -> list[tuple[int | None, np.ndarray]]:
+        """``seed``'s rows, split by logged step when the models are per step (``{step}``
+        path templates), else one group of step ``None``."""
+        rows = self.rows(seed)
+        return list(self.groups(rows)) if per_step else [(None, rows)]
+
+    def steps_needed(self, seeds: int, per_step: bool) -> list[int | None]:
+        """The logged steps whose models seeds ``0..seeds-1`` need (``[None]``: one set)."""
+        return sorted({step for s in range(seeds) for step, _ in self.step_groups(s, per_step)},
+                      key=lambda step: -1 if step is None else step)
 
     def overlap(self, seeds: int) -> dict:
         """How seeds ``0..seeds-1`` share rows: the manifest's ``seed_overlap``."""

@@ -129,22 +129,6 @@ def make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float
     raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
 
 
-def surrogate_loss(logp_k: Tensor, logp_behavior: Tensor, advantage: Tensor, weight: Tensor,
-                   n_tokens: int) -> Tensor:
-    """``−Σ_t w_t · r_t · Â_t / n_tokens`` with ``r = exp(log π(k) − log µ(k))``; all ``(N,)``.
-
-    ``n_tokens`` counts every loss token of the (global) batch, so a mask that drops tokens
-    does not change the normalisation of the ones it keeps.
-
-    >>> import torch
-    >>> lp = torch.log(torch.tensor([0.5, 0.25]))
-    >>> float(surrogate_loss(lp, lp, torch.tensor([1.0, -2.0]), torch.tensor([1.0, 1.0]), 4))
-    0.25
-    """
-    r = torch.exp(logp_k.double() - logp_behavior.double())
-    return -(weight.double() * r * advantage.double()).sum() / max(n_tokens, 1)
-
-
 def take_step(params: Sequence[nn.Parameter], snapshot: ParamSnapshot,
               make: OptimizerFactory, lr: float | TargetNorm) -> float:
     """One optimizer step from θ (= ``snapshot``) on the gradients in ``p.grad``; returns

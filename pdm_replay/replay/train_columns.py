@@ -3,7 +3,7 @@
 ``train_logprobs`` is log π(k_t) and ``train_topk_logprobs`` is log π at µ's logged top-K
 ids (SPEC §5), so the support is the logged one, ``S = unique(topk_ids ∪ {k})``. The rows
 go through exactly what a replay's pre pass runs on a step group
-(``commands.replay._pre_pass``): ``validate.check_batch`` and flattening,
+(``commands.replay_steps.pre_pass``): ``validate.check_batch`` and flattening,
 :func:`~pdm_replay.replay.outputs.log_support`, right-padded
 :func:`~pdm_replay.replay.batching.micro_batches` and
 :func:`~pdm_replay.replay.forward.forward_stats` (chunked LM head, never an ``(N, V)``

@@ -58,7 +58,6 @@ from pdm_replay.names import ACTUAL, NONE, OWN
 from pdm_replay.report.run_info import RunInfo
 from pdm_replay.schema import tokens_schema
 
-# ACTUAL: the update name `replay --next-checkpoint` writes (replay/actual.py)
 BASES = (ACTUAL, OWN, NONE)  # print order: the trainer's real step first
 
 

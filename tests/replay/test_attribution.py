@@ -24,7 +24,8 @@ from pdm_replay.math.support import (ReducedPair, build_support, gather_support_
 from pdm_replay.replay.attribution_pass import attribution_sample, disagreement_tokens, shard_sample
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
                                              linear_chunk_tangents)
@@ -206,10 +207,10 @@ def test_sample_holds_every_disagreement_token():
     thresholds = Thresholds()
     dis = np.flatnonzero(disagreement_tokens(stats, thresholds) & loss)
     assert dis.size > 0
-    sample = attribution_sample(stats, loss, thresholds, 5, seed=3)
+    sample = attribution_sample(stats, loss, thresholds, 5, rng_seed=3)
     assert set(dis) <= set(sample) and sample.size == dis.size + 5
-    assert np.array_equal(sample, attribution_sample(stats, loss, thresholds, 5, seed=3))
-    assert not np.array_equal(sample, attribution_sample(stats, loss, thresholds, 5, seed=4))
+    assert np.array_equal(sample, attribution_sample(stats, loss, thresholds, 5, rng_seed=3))
+    assert not np.array_equal(sample, attribution_sample(stats, loss, thresholds, 5, rng_seed=4))
 
 
 # --- end to end on the tiny test model ------------------------------------------------
@@ -306,12 +307,13 @@ def test_cli_attribution_options(tmp_path, replay_log, model_dir):
 @given(st.lists(st.integers(0, 30), min_size=1, max_size=6), st.integers(0, 80),
        st.integers(0, 2**32 - 1))
 @settings(max_examples=200, deadline=None)
-def test_sharded_sample_is_the_one_process_sample(counts: list[int], size: int, seed: int):
+def test_sharded_sample_is_the_one_process_sample(counts: list[int], size: int,
+                                                  rng_seed: int):
     """Candidates split over ranks in order: the ranks' picks, put back in place, are what
     one process holding every candidate picks, whatever the world size."""
-    whole = shard_sample([sum(counts)], 0, size, seed)
+    whole = shard_sample([sum(counts)], 0, size, rng_seed)
     starts = np.cumsum([0] + counts[:-1])
-    parts = [start + shard_sample(counts, r, size, seed) for r, start in enumerate(starts)]
+    parts = [start + shard_sample(counts, r, size, rng_seed) for r, start in enumerate(starts)]
     assert np.array_equal(np.concatenate(parts), whole)
     assert len(whole) == min(size, sum(counts))
     for r, part in enumerate(parts):

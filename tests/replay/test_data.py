@@ -9,7 +9,9 @@ import pyarrow.parquet as pq
 from replay_helpers import LOG_CFG
 
 from pdm_replay.io.rollouts import write_rollouts
-from pdm_replay.replay.data import LogIndex, draw_rows, read_rows, seed_batch
+from pdm_replay.replay.data import read_rows, seed_batch
+from pdm_replay.replay.log_index import LogIndex
+from pdm_replay.replay.seeds import draw_rows
 
 
 def test_draws_are_deterministic_distinct_and_sorted():

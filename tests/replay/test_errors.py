@@ -161,11 +161,14 @@ def test_behavior_dtype_follows_option_then_footer_then_dtype() -> None:
     from pathlib import Path
 
     from pdm_replay.replay.config import ReplayConfig
-    from pdm_replay.commands.replay import behavior_dtype
+    from pdm_replay.replay.models import behavior_dtype
     from pdm_replay.schema import RolloutMeta
     base = dict(log=Path("l"), checkpoint=Path("c"), out=Path("o"))
     bf16 = RolloutMeta(vocab_size=4, top_k=1, extra={"behavior_dtype": "bfloat16"})
     plain = RolloutMeta(vocab_size=4, top_k=1)
-    assert behavior_dtype(ReplayConfig(**base), bf16) == "bfloat16"
-    assert behavior_dtype(ReplayConfig(**base), plain) == "float32"
-    assert behavior_dtype(ReplayConfig(**base, behavior_dtype="float32"), bf16) == "float32"
+
+    def chosen(cfg: ReplayConfig, meta: RolloutMeta) -> str:
+        return behavior_dtype(meta, cfg.behavior_dtype, cfg.dtype)
+    assert chosen(ReplayConfig(**base), bf16) == "bfloat16"
+    assert chosen(ReplayConfig(**base), plain) == "float32"
+    assert chosen(ReplayConfig(**base, behavior_dtype="float32"), bf16) == "float32"

@@ -14,7 +14,8 @@ from replay_helpers import tiny_qwen3
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.config import ReplayConfig
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients
 from pdm_replay.replay.optimizer_state import load_trainer_optimizer
 from pdm_replay.commands.replay import run_replay

@@ -16,7 +16,8 @@ from pdm_replay.math.divergence import kl_exact
 from pdm_replay.math.support import Support, build_support
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import PassConfig, behavior_hidden, forward_stats
 from pdm_replay.replay.recompute import support_stats, token_logprob
 

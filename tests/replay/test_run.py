@@ -190,7 +190,7 @@ def test_sigkill_mid_seed_then_resume_equals_uninterrupted(tmp_path, replay_log,
 
 
 def test_failure_mid_run_marks_manifest_failed(tmp_path, replay_log, model_dir, monkeypatch):
-    from pdm_replay.commands import replay as run_mod
+    from pdm_replay.commands import replay_steps as run_mod
     real = run_mod.seed_batch
 
     def fail_on_seed_1(index, batch_size, seed, vocab, **kw):

@@ -10,7 +10,8 @@ import torch
 from pdm_replay.math.support import build_support
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
-from pdm_replay.replay.data import LogIndex, seed_batch
+from pdm_replay.replay.data import seed_batch
+from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, make_optimizer, simulated_step
 

@@ -1,0 +1,51 @@
+"""The log a replay reads, indexed: its files' row counts (global row indices run over every
+file, in sorted file order), each row's logged step, and the footer checks that come first.
+
+Which rows a seed reads is :mod:`~pdm_replay.replay.seeds`' business, reading them
+:mod:`~pdm_replay.replay.data`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pdm_replay.checks import check_schema
+from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
+from pdm_replay.schema import RolloutMeta
+
+
+@dataclass(frozen=True)
+class LogIndex:
+    """Row counts of every file of a log, for global row indices."""
+
+    files: tuple[Path, ...]
+    rows: tuple[int, ...]
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.rows)
+
+    @classmethod
+    def of(cls, path: Path | str) -> "LogIndex":
+        files = tuple(list_parquet_files(path))
+        return cls(files, tuple(open_parquet(f).metadata.num_rows for f in files))
+
+
+def log_steps(index: LogIndex) -> np.ndarray:
+    """The logged ``step`` of every global row ``(n_rows,)`` int64."""
+    parts = [read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def check_log(log: Path) -> RolloutMeta:
+    """The footer of ``log`` after ``validate``'s file-level checks (before any row is
+    read); raises ``ValueError`` unless it gives the sampling temperature µ was sampled at
+    (> 0) or none (1)."""
+    meta = check_schema(log)
+    if meta.temperature is not None and meta.temperature <= 0:
+        raise ValueError(f"{log}: footer temperature={meta.temperature}; replay needs the "
+                         "sampling temperature (> 0) that µ was sampled at")
+    return meta
