@@ -52,6 +52,7 @@ from pdm_replay.replay.batching import micro_batches, pad_batch
 from pdm_replay.replay.checkpoint import Policy, make_head
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import PassConfig, forward_stats
 from pdm_replay.commands.replay import run_replay
@@ -279,7 +280,7 @@ def real_size(tmp: Path, repeats: int, chunk: int, heap_reuse: bool,
     model = qwen3(**shape, real=True)
     log = write_synthetic_log(tmp / "log.parquet", n_samples=2 * REAL_SEEDS, response_len=48,
                               prompt_len=16, vocab_size=shape["vocab"], top_k=20)
-    sb = seed_batch(LogIndex.of(log), 2, 0, shape["vocab"])
+    sb = seed_batch(LogIndex.of(RolloutLog.open(log)), 2, 0, shape["vocab"])
     batches = micro_batches(sb.prompts, sb.responses, 2)  # the replay's own micro-batch
     support = build_support(torch.from_numpy(sb.flat.token_id),
                             torch.from_numpy(sb.flat.topk_ids))

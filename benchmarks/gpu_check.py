@@ -37,6 +37,7 @@ from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import PassConfig, behavior_hidden, forward_stats
 from pdm_replay.replay.gpu import auto_chunk_tokens
@@ -148,7 +149,7 @@ def timed(fn, device: str, repeats: int) -> tuple[float, float | None]:
 def pass_ratio(ckpt: Path, log: Path, args: argparse.Namespace) -> dict:
     """Recompute pass vs plain forward on the replay's own micro-batches."""
     policy = load_policy(ckpt, dtype=args.dtype, device=args.device)
-    sb = seed_batch(LogIndex.of(log), args.batch_size, 0, policy.vocab_size)
+    sb = seed_batch(LogIndex.of(RolloutLog.open(log)), args.batch_size, 0, policy.vocab_size)
     batches = micro_batches(sb.prompts, sb.responses, args.micro_batch_size)
     support, _ = log_support(sb.flat)
     chunk = args.chunk_tokens or auto_chunk_tokens(args.device, policy.vocab_size,

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pdm_replay.io.log import RolloutLog
 from pdm_replay.io.reader import PAD_ID, FlatTokens, flatten_batch
 from pdm_replay.math.support import mass_overflow
 from pdm_replay.schema import PER_TOKEN_COLUMNS, RolloutMeta, column_problems
@@ -258,10 +256,3 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
         if len(idx) > room:
             report.error_counts[kind] += len(idx) - room
     return flat
-
-
-def check_schema(path: Path | str) -> RolloutMeta:
-    """The footer of the log at ``path`` after ``validate``'s file-level checks
-    (:meth:`pdm_replay.io.log.RolloutLog.open`, which callers that read the log should
-    keep instead). Kept for ``replay``, until it passes a :class:`RolloutLog` down."""
-    return RolloutLog.open(path).meta

@@ -92,13 +92,15 @@ def _owned(name: ast.Name, tree: ast.AST) -> bool:
 
 
 def _seed_names(call: ast.Call) -> list[str]:
-    """The bare names seeding ``call`` that are neither an ``rng_seed`` nor a replay
-    batch ``seed`` mixed with a ``*_STREAM`` constant or an ``rng_seed``."""
+    """The bare names seeding ``call`` other than an ``rng_seed`` (and a replay batch
+    ``seed`` mixed with one); none where a ``*_STREAM`` constant keys the stream."""
     names = [_leaf(n) for a in call.args for n in ast.walk(a)
              if isinstance(n, ast.Attribute) or (isinstance(n, ast.Name) and not _owned(n, a))]
-    keyed = any("rng_seed" in n or n.endswith("_STREAM") for n in names)
-    return [n for n in names if "rng_seed" not in n and not n.endswith("_STREAM")
-            and not (n == "seed" and keyed) and not n.isupper()]
+    if any(n.endswith("_STREAM") for n in names):
+        return []  # a stream derived from a replay batch's indices, not a user's RNG seed
+    keyed = any("rng_seed" in n for n in names)
+    return [n for n in names if "rng_seed" not in n and not (n == "seed" and keyed)
+            and not n.isupper()]
 
 
 def rng_seed_sites(root: Path) -> list[str]:

@@ -143,11 +143,12 @@ def plan(cfg: RecomputeConfig) -> Plan:
     """Every check that needs no model, then the units (before any output exists)."""
     check_template(cfg.checkpoint, "checkpoint")
     _check_out(cfg)
-    meta = RolloutLog.open(cfg.log).meta  # validate's file-level checks
+    log = RolloutLog.open(cfg.log)  # validate's file-level checks
+    meta = log.meta
     if meta.temperature is not None and meta.temperature <= 0:
         raise InputError(f"footer temperature={meta.temperature}; π is recomputed at the "
                          "sampling temperature (> 0) µ was sampled at", file=cfg.log)
-    index = check_replayable(cfg.log, meta.vocab_size)
+    index = check_replayable(log, meta.vocab_size)
     units = plan_units(log_steps(index), cfg.task_rows, cfg.micro_batch_size)
     check_checkpoints(cfg.checkpoint, sorted({u.step for u in units}))
     return Plan(meta, index, units)

@@ -41,6 +41,7 @@ from pdm_replay.errors import FieldError
 from pdm_replay.heap import reuse_freed_memory
 from pdm_replay.io.atomic import write_table_atomic
 from pdm_replay.io.lock import DirLock
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.masks import Mask
 from pdm_replay.names import ACTUAL
 from pdm_replay.replay import manifest as mf
@@ -170,8 +171,9 @@ class ReplayRecipe:
         files = {"allow_pickle": cfg.allow_pickle, "trust_remote_code": cfg.trust_remote_code}
         if not self.per_step:
             check_step_files(paths, [None], **files)  # the cheapest, clearest errors first
-        self.meta = check_log(cfg.log)  # validate's file-level checks before any row is read
-        index = LogIndex.of(cfg.log)
+        log = RolloutLog.open(cfg.log)  # validate's file-level checks before any row is read
+        self.meta = check_log(log)
+        index = LogIndex.of(log)
         self.plan = SeedPlan(index.n_rows, cfg.batch_size, cfg.seed_by, cfg.allow_overlap,
                              log_steps(index))
         self.plan.check(cfg.seeds)
@@ -181,7 +183,7 @@ class ReplayRecipe:
         self.source = ModelSource(paths, self._model_options(), self.meta, cfg.log, self.dist)
         first = self.source.load(steps[0])
         vocab = first.policy.vocab_size
-        self.index = check_replayable(cfg.log, vocab)
+        self.index = check_replayable(log, vocab)
         groups = [rows for s in range(cfg.seeds) for _, rows in self.plan.step_groups(
             s, self.per_step)]
         check_seed_rows(self.index, groups, vocab, self.meta.max_topk_entries)

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdm_replay.errors import InputError, reading
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.io.reader import FlatTokens, open_parquet, rows_for_tokens
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.seeds import draw_rows
@@ -108,15 +109,15 @@ def _first_bad(table: pa.Table, vocab_size: int) -> str | None:
     return None
 
 
-def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
-    """Scan prompt and response ids of the whole log; raise ``ValueError`` naming the file
-    and sample of the first row replay cannot use. Returns the log's :class:`LogIndex`."""
-    index = LogIndex.of(path)
-    for file in index.files:
-        pf = open_parquet(file)
-        if "prompt_ids" not in pf.schema_arrow.names:
+def check_replayable(log: RolloutLog, vocab_size: int) -> LogIndex:
+    """Scan prompt and response ids of the whole (opened) log; raise ``ValueError`` naming
+    the file and sample of the first row replay cannot use. Returns its :class:`LogIndex`."""
+    index = LogIndex.of(log)
+    for file, part in zip(index.files, log.parts):
+        if "prompt_ids" not in part.schema.names:
             raise ValueError(f"{file}: no prompt_ids column; replay needs the prompt tokens "
                              "of every sample: log prompt_ids (rollout/v1 'replay' column)")
+        pf = open_parquet(file)
         rows = rows_for_tokens(pf, 65536, max_tokens=SCAN_TOKENS)
         with reading(file):
             for batch in pf.iter_batches(columns=list(REPLAY_COLUMNS), batch_size=rows):
@@ -124,7 +125,7 @@ def check_replayable(path: Path | str, vocab_size: int) -> LogIndex:
                 if problem:
                     raise InputError(problem, file=file)
     if index.n_rows == 0:
-        raise ValueError(f"{path}: the log holds no rows")
+        raise ValueError(f"{log.source}: the log holds no rows")
     return index
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pdm_replay.checks import check_schema
-from pdm_replay.io.reader import list_parquet_files, open_parquet, read_table
+from pdm_replay.io.log import RolloutLog
+from pdm_replay.io.reader import read_table
 from pdm_replay.schema import RolloutMeta
 
 
@@ -29,9 +29,9 @@ class LogIndex:
         return sum(self.rows)
 
     @classmethod
-    def of(cls, path: Path | str) -> "LogIndex":
-        files = tuple(list_parquet_files(path))
-        return cls(files, tuple(open_parquet(f).metadata.num_rows for f in files))
+    def of(cls, log: RolloutLog) -> "LogIndex":
+        """The index of an opened log (its files and footer row counts, read once)."""
+        return cls(tuple(Path(f) for f in log.files), log.rows)
 
 
 def log_steps(index: LogIndex) -> np.ndarray:
@@ -40,12 +40,12 @@ def log_steps(index: LogIndex) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
-def check_log(log: Path) -> RolloutMeta:
-    """The footer of ``log`` after ``validate``'s file-level checks (before any row is
-    read); raises ``ValueError`` unless it gives the sampling temperature µ was sampled at
-    (> 0) or none (1)."""
-    meta = check_schema(log)
+def check_log(log: RolloutLog) -> RolloutMeta:
+    """The footer of ``log`` (opened: ``validate``'s file-level checks passed, no row read);
+    raises ``ValueError`` unless it gives the sampling temperature µ was sampled at (> 0)
+    or none (1)."""
+    meta = log.meta
     if meta.temperature is not None and meta.temperature <= 0:
-        raise ValueError(f"{log}: footer temperature={meta.temperature}; replay needs the "
+        raise ValueError(f"{log.source}: footer temperature={meta.temperature}; replay needs the "
                          "sampling temperature (> 0) that µ was sampled at")
     return meta

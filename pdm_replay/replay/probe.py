@@ -27,12 +27,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from pdm_replay.io.reader import FlatTokens, read_meta
+from pdm_replay.io.reader import FlatTokens
 from pdm_replay.masks import Thresholds
 from pdm_replay.replay.attribution_pass import SeedAttribution, seed_attribution
 from pdm_replay.replay.batching import MicroBatch, micro_batches
 from pdm_replay.replay.checkpoint import Policy, load_policy
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, simulated_step
@@ -64,10 +65,11 @@ def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: i
     """Seed ``seed``'s batch of ``samples`` samples from ``log``, θ from ``checkpoint``,
     and one SGD step of learning rate ``lr`` (token-mean loss over every loss token)."""
     policy = load_policy(Path(checkpoint))
-    sb = seed_batch(LogIndex.of(Path(log)), samples, seed, policy.vocab_size)
+    opened = RolloutLog.open(log)
+    sb = seed_batch(LogIndex.of(opened), samples, seed, policy.vocab_size)
     flat = sb.flat
     batches = micro_batches(sb.prompts, sb.responses, micro_batch)
-    meta = read_meta(log)
+    meta = opened.meta
     cfg = PassConfig(temperature=meta.temperature or 1.0, chunk_tokens=chunk_tokens)
     support, mu = log_support(flat)
     pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),

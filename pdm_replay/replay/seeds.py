@@ -56,8 +56,8 @@ def draw_rows(n_rows: int, batch_size: int, seed: int) -> np.ndarray:
     if batch_size >= n_rows:
         return np.arange(n_rows)
     per_round = n_rows // batch_size
-    rnd, slot = divmod(seed, per_round)
-    order = np.random.default_rng([SHUFFLE_STREAM, rnd]).permutation(n_rows)
+    shuffle_round, slot = divmod(seed, per_round)
+    order = np.random.default_rng([SHUFFLE_STREAM, shuffle_round]).permutation(n_rows)
     return np.sort(order[slot * batch_size:(slot + 1) * batch_size])
 
 

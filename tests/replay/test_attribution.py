@@ -25,6 +25,7 @@ from pdm_replay.replay.attribution_pass import attribution_sample, disagreement_
 from pdm_replay.replay.checkpoint import Policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import forward_stats
 from pdm_replay.replay.head_tangents import (chunk_logprobs, chunk_tangents,
@@ -202,7 +203,8 @@ def test_gradient_dots_vmap_and_loop_equal_naive_autograd(sample_step):
 
 def test_sample_holds_every_disagreement_token():
     meta = read_meta(SAMPLE / "rollouts")
-    flat = seed_batch(LogIndex.of(SAMPLE / "rollouts"), 64, 0, meta.vocab_size).flat
+    index = LogIndex.of(RolloutLog.open(SAMPLE / "rollouts"))
+    flat = seed_batch(index, 64, 0, meta.vocab_size).flat
     stats, loss = log_stats(flat, meta.vocab_size, meta), flat.loss_mask  # logged π
     thresholds = Thresholds()
     dis = np.flatnonzero(disagreement_tokens(stats, thresholds) & loss)

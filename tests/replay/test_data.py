@@ -10,6 +10,7 @@ from replay_helpers import LOG_CFG
 
 from pdm_replay.io.rollouts import write_rollouts
 from pdm_replay.replay.data import read_rows, seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.seeds import draw_rows
 
@@ -28,7 +29,7 @@ def test_directory_log_reads_the_drawn_rows_across_files_and_row_groups(tmp_path
     d.mkdir()
     for i in range(0, len(rows), 5):  # four files of 5, 5, 5, 1 rows
         write_rollouts(d / f"part-{i:03d}.parquet", rows[i:i + 5], LOG_CFG.meta())
-    index = LogIndex.of(d)
+    index = LogIndex.of(RolloutLog.open(d))
     assert index.n_rows == len(rows) and len(index.files) == 4
     picked = draw_rows(index.n_rows, 7, seed=2)
     got = read_rows(index, picked)["sample_id"].to_pylist()

@@ -65,8 +65,9 @@ def test_shard_bounds_contiguous_nonempty_balanced(costs, world):
 
 def test_shard_seed_batch_partitions_the_global_batch(replay_log):
     from pdm_replay.replay.data import seed_batch
+    from pdm_replay.io.log import RolloutLog
     from pdm_replay.replay.log_index import LogIndex
-    sb = seed_batch(LogIndex.of(replay_log), 11, 0, 384)
+    sb = seed_batch(LogIndex.of(RolloutLog.open(replay_log)), 11, 0, 384)
     shards = [shard_seed_batch(sb, Dist(rank=r, world_size=3, backend="gloo"))
               for r in range(3)]
     assert all(len(s.sample_ids) >= 1 for s in shards)

@@ -15,6 +15,7 @@ from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients
 from pdm_replay.replay.optimizer_state import load_trainer_optimizer
@@ -86,7 +87,8 @@ def test_replay_step_is_the_trainers_next_step(tmp_path, replay_log):
     rows identical to the `none` rows."""
     ckpt, state = trained(tmp_path)
     policy = load_policy(ckpt)
-    sb = seed_batch(LogIndex.of(replay_log), 6, 0, policy.vocab_size)  # seed 0's rows
+    sb = seed_batch(LogIndex.of(RolloutLog.open(replay_log)), 6, 0,
+                    policy.vocab_size)  # seed 0's rows
     f = sb.flat
     inputs = LossInputs(*(torch.from_numpy(a) for a in (f.token_id, f.logp_behavior,
                                                          f.advantage)))

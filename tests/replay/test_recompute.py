@@ -17,6 +17,7 @@ from pdm_replay.math.support import Support, build_support
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import PassConfig, behavior_hidden, forward_stats
 from pdm_replay.replay.recompute import support_stats, token_logprob
@@ -73,7 +74,7 @@ def behavior(behavior_dir: Path):
 
 @pytest.fixture(scope="module")
 def batch(replay_log: Path, policy):
-    sb = seed_batch(LogIndex.of(replay_log), 8, 0, policy.vocab_size)
+    sb = seed_batch(LogIndex.of(RolloutLog.open(replay_log)), 8, 0, policy.vocab_size)
     support = build_support(torch.from_numpy(sb.flat.token_id), torch.from_numpy(sb.flat.topk_ids))
     return sb, support
 
@@ -168,7 +169,7 @@ def test_token_logprob_gradient_matches_unchunked(policy, batch):
 
 def test_flat_order_matches_reader(replay_log: Path):
     """Seed batches read every drawn row in log order, like the plain reader."""
-    sb = seed_batch(LogIndex.of(replay_log), 100, 0, 384)
+    sb = seed_batch(LogIndex.of(RolloutLog.open(replay_log)), 100, 0, 384)
     flat = next(iter_flat_tokens(replay_log))
     assert np.array_equal(sb.flat.token_id, flat.token_id)
     assert list(sb.flat.sample_id) == list(flat.sample_id)

@@ -11,6 +11,7 @@ from pdm_replay.math.support import build_support
 from pdm_replay.replay.batching import micro_batches
 from pdm_replay.replay.checkpoint import load_policy
 from pdm_replay.replay.data import seed_batch
+from pdm_replay.io.log import RolloutLog
 from pdm_replay.replay.log_index import LogIndex
 from pdm_replay.replay.forward import LossInputs, PassConfig, accumulate_gradients, forward_stats
 from pdm_replay.replay.step import ParamSnapshot, make_optimizer, simulated_step
@@ -19,7 +20,7 @@ from pdm_replay.replay.step import ParamSnapshot, make_optimizer, simulated_step
 @pytest.fixture(scope="module")
 def setup(model_dir: Path, replay_log: Path):
     policy = load_policy(model_dir)
-    sb = seed_batch(LogIndex.of(replay_log), 8, 1, policy.vocab_size)
+    sb = seed_batch(LogIndex.of(RolloutLog.open(replay_log)), 8, 1, policy.vocab_size)
     f = sb.flat
     inputs = LossInputs(torch.from_numpy(f.token_id), torch.from_numpy(f.logp_behavior),
                         torch.from_numpy(f.advantage))
