@@ -18,6 +18,7 @@ from pdm_replay.cli.masks import (THRESHOLD_DEFAULTS, EpsHigh, EpsLow, parse_mas
                                   threshold_options)
 from pdm_replay.cli.options import cli_param, with_options
 from pdm_replay.masks import FLAGGED_THRESHOLDS
+from pdm_replay.names import ACTUAL
 from pdm_replay.replay.config import ReplayConfig
 from pdm_replay.replay.sweep import Sweep, parse_values
 
@@ -100,7 +101,7 @@ def _print_updates(m: dict) -> None:
     """The actual update's step norm and, with --lr auto, the lrs it chose."""
     groups = [g for seed in m.get("update_steps", {}).values() for g in seed]
     norms = [g["actual_step_norm"] for g in groups if g.get("actual_step_norm") is not None]
-    if "actual" in m.get("updates", []):
+    if ACTUAL in m.get("updates", []):
         size = f"; ‖θ_t+1 − θ_t‖ = {norms[0]:.4g}" if len(set(norms)) == 1 else ""
         console.print(f"actual update: the trainer's next checkpoint, kept by "
                       f"{m['config']['trainer_mask']}{size}")
