@@ -224,7 +224,7 @@ def log_health(db: ReportDB) -> pl.DataFrame:
 
 
 def direction_terms(db: ReportDB, *, limit: int = 20_000) -> pl.DataFrame:
-    """Out-of-region KL tokens (Â ≠ 0, at most ``limit``, a fixed pseudo-random sample):
+    """Out-of-region KL tokens (Â ≠ 0, at most ``limit``, a fixed pseudo-random subset):
     ``local_term`` and ``global_term`` of the slope, signed by sign(Â), and ΔD under
     ``none`` (null without a replay). Predictive "away" is local_term - global_term > 0."""
     return db.named("direction_terms", {"limit": limit})

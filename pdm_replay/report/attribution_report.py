@@ -63,7 +63,7 @@ def attribution_points(db: ReportDB, *, update_mask: str = NONE,
                        limit: int = 5000) -> pl.DataFrame:
     """Out-of-region KL tokens kept by ``update_mask`` with the realized change
     ``delta_d`` and its parts ``lin``, ``curv``, ``self_term``, ``cross_term`` (at most
-    ``limit`` rows, a fixed pseudo-random sample), for plots."""
+    ``limit`` rows, a fixed pseudo-random subset), for plots."""
     params = {"update_mask": update_mask, "limit": limit}
     return db.named("attribution_points", params, sql_file=QUERIES)
 

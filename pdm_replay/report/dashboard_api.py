@@ -290,7 +290,7 @@ def mass_quantiles(db: ReportDB) -> pl.DataFrame:
 
 
 def estimator_sample(db: ReportDB, *, limit: int = 5000) -> pl.DataFrame:
-    """A fixed pseudo-random sample of tokens: KL slope estimators (agg, uniform), the exact
+    """A fixed pseudo-random subset of tokens: KL slope estimators (agg, uniform), the exact
     slope (null without a behavior checkpoint), the feasible interval and out_of_region."""
     return db.named("estimator_sample", {"limit": limit}, sql_file=QUERIES)
 

@@ -4,7 +4,7 @@ and every row only when that is affordable.
 The directory holds ``step=<t>/part-*.parquet`` (tokens/v1), ``summary.parquet`` (per-step
 counts: :mod:`pdm_replay.run_summary`) and ``manifest.json`` (written last; it lists each
 part with its rows). Up to :data:`MAX_REPORT_TOKENS` tokens, ``report`` and ``dashboard``
-read every part; above, a seeded sample of parts (whole blocks, so each sampled sequence
+read every part; above, a seeded subset of parts (whole blocks, so each chosen sequence
 is whole) of about that many tokens, and the whole-run counts come from the summary.
 """
 
@@ -56,7 +56,7 @@ def chosen_parts(source: Path, manifest: dict[str, Any], max_tokens: int = MAX_R
         tokens += parts[part]
     return ([source / p for p in sorted(picked)],
             f"{source}: {total:,} tokens; report read {SUMMARY_FILE} for the whole run's "
-            f"counts and a seeded sample (seed {rng_seed}) of {len(picked)} of {len(parts)} "
+            f"counts and a seeded subset (seed {rng_seed}) of {len(picked)} of {len(parts)} "
             f"parts ({tokens:,} tokens) for everything per token (disagreement lists, "
             "rates, the mask summary)")
 

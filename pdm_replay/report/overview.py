@@ -44,7 +44,7 @@ class Overview:
     ``whole_run`` the whole run's counts from the ``summary.parquet`` of a
     ``masks --engine ray`` output (:func:`~pdm_replay.report.masks_output.whole_run`;
     empty for any other run) and ``notes`` the run's notes, which say whether the per-token
-    tables read every row or a seeded sample of parts."""
+    tables read every row or a seeded subset of parts."""
 
     health: dict[str, Any]
     settings: dict[str, Any]

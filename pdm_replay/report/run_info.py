@@ -118,7 +118,7 @@ def _locate(source: Path) -> tuple[str, list[Path], list[Path], dict | None, Pat
                                    str | None]:
     """``(kind, tokens files, updates files, manifest, summary.parquet, note on which
     rows are read)`` of a replay run directory, a Ray ``masks`` output directory (a
-    bounded sample of its parts: :func:`~pdm_replay.report.masks_output.chosen_parts`),
+    bounded subset of its parts: :func:`~pdm_replay.report.masks_output.chosen_parts`),
     or a tokens/v1 file or directory."""
     if source.is_dir() and (source / "tokens").is_dir():
         upd_dir = source / "updates"

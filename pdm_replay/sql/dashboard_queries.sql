@@ -98,7 +98,7 @@ SELECT 'pi_mass', count(v), min(v), quantile_cont(v, 0.01), quantile_cont(v, 0.0
 FROM dashboard_values('pi_mass');
 
 -- name: estimator_sample
--- A deterministic pseudo-random sample (hash of the token key) of at most $limit tokens.
+-- A deterministic pseudo-random subset (hash of the token key) of at most $limit tokens.
 SELECT seed, sample_id, pos, kl_topk, dkl_agg, dkl_uniform, dkl_exact, dkl_lo, dkl_hi,
        kl_topk > getvariable('report_run').delta_kl AS out_of_region
 FROM tokens

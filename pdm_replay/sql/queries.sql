@@ -85,7 +85,7 @@ ORDER BY family, estimator, CASE scope WHEN 'all' THEN 0 WHEN 'out_of_region' TH
 SELECT * FROM log_health;
 
 -- name: direction_terms
--- A deterministic pseudo-random sample (by a hash of the token key) of at most $limit rows.
+-- A deterministic pseudo-random subset (by a hash of the token key) of at most $limit rows.
 SELECT * FROM direction_terms
 ORDER BY hash(seed, sample_id, pos), seed, sample_id, pos
 LIMIT $limit;

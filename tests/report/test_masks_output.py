@@ -1,5 +1,5 @@
 """``report`` on the directory ``masks --engine ray`` writes: every row when small, a
-bounded seeded sample of parts when big (saying which), and the whole-run counts from
+bounded, seeded subset of parts when big (saying which), and the whole-run counts from
 ``summary.parquet``. The directory is built by the engine's own map function and driver
 bookkeeping, without a cluster (tests/test_masks_ray_cluster.py runs the real one)."""
 
@@ -48,7 +48,7 @@ def test_big_output_reads_a_bounded_seeded_sample(outputs) -> None:
     read = sum(manifest["parts"][str(f.relative_to(ray))] for f in files)
     biggest = max(manifest["parts"].values())
     assert 20_000 <= read < 20_000 + biggest  # bounded: stops at the first part past it
-    assert f"seeded sample (seed 3) of {len(files)} of {len(manifest['parts'])}" in note
+    assert f"seeded subset (seed 3) of {len(files)} of {len(manifest['parts'])}" in note
 
 
 def test_whole_run_by_step_sums_to_the_run(outputs) -> None:

@@ -13,7 +13,7 @@ from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
 from pdm_replay.report.render import display_frame
 
-TERMS_HELP = ("Out-of-region KL tokens with Â ≠ 0 (a fixed pseudo-random sample). Both terms "
+TERMS_HELP = ("Out-of-region KL tokens with Â ≠ 0 (a fixed pseudo-random subset). Both terms "
               "are signed by sign(Â). The ratio rule calls a token 'moving away' when the local "
               "term is > 0 (above the grey line); the predictive rule when local > global (above "
               "the dashed diagonal). Colour: does the predictive sign match the realized ΔD "

@@ -29,7 +29,7 @@ def _fidelity(run: RunRef) -> None:
 
 
 def _per_token(run: RunRef, has_exact: bool) -> None:
-    """A fixed pseudo-random sample of tokens: each estimate against the reference."""
+    """A fixed pseudo-random subset of tokens: each estimate against the reference."""
     st.subheader("Estimates per token")
     limit = st.select_slider("Tokens sampled", (1000, 2000, 5000, 10000), value=2000,
                              key="est_limit")
@@ -41,7 +41,7 @@ def _per_token(run: RunRef, has_exact: bool) -> None:
         st.info("No token to plot.")
         return
     st.altair_chart(charts.estimator_scatter(sample, reference))
-    st.caption(f"{sample.height:,} tokens (fixed pseudo-random sample); x = {reference}.")
+    st.caption(f"{sample.height:,} tokens (fixed pseudo-random subset); x = {reference}.")
 
 
 def render() -> None:

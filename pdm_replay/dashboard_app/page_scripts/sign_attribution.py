@@ -77,7 +77,7 @@ def _points(run, update_mask: str) -> None:
         else:
             st.altair_chart(charts.parts_scatter(points, "self_term", "lin", "self term",
                                                  "linear term"))
-    st.caption(f"{points.height:,} tokens (fixed pseudo-random sample); dashed: y = x.")
+    st.caption(f"{points.height:,} tokens (fixed pseudo-random subset); dashed: y = x.")
 
 
 def render() -> None:
