@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from contextlib import closing
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,11 +272,13 @@ def execute(plan: RayPlan, todo: list[str], stage: Path, workers: int | None,
     results = ds.map_batches(process_block, batch_size=plan.batch_rows, batch_format="pyarrow",
                              zero_copy_batch=True, fn_kwargs={"ctx": plan.ctx},
                              concurrency=workers)
-    for batch in results.iter_batches(batch_size=None, batch_format="pyarrow"):
-        for result in batch.to_pylist():
-            _take(plan, stage, result, progress)
-        if on_progress:
-            on_progress(sum(progress.rows.values()))
+    # closed before the connection ends (see commands.recompute_ray.ray_tables)
+    with closing(iter(results.iter_batches(batch_size=None, batch_format="pyarrow"))) as batches:
+        for batch in batches:
+            for result in batch.to_pylist():
+                _take(plan, stage, result, progress)
+            if on_progress:
+                on_progress(sum(progress.rows.values()))
 
 
 def _clear_unfinished(stage: Path, done: set[str]) -> None:

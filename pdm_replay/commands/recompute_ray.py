@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import pickle
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from typing import Any, Iterator
 
@@ -81,9 +81,14 @@ def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
             num_gpus=gpus or None, fn_constructor_kwargs={
                 "cfg": cfg, "plan": replace(plan, units=[]),  # actors get their units
                 "device": "cuda" if gpus else "cpu"})
-        for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            _raise_error(table)
-            yield table
+        # closed before the connection ends, whatever stops the loop (a failed write, a bad
+        # row): Ray Data's executor threads must stop before ray.shutdown, or the first of
+        # them to touch the shut-down core worker ends this process with status 1 and no
+        # traceback (Ray's "The core worker has already been shutdown ... will exit").
+        with closing(iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))) as batches:
+            for table in batches:
+                _raise_error(table)
+                yield table
 
 
 @contextmanager
