@@ -77,9 +77,12 @@ def _texts(path: Path) -> list[str]:
 
 def phrase_sites(paths: list[Path], phrases: set[str]) -> list[str]:
     """``file: phrase`` for each retired phrase (any case) in the texts of ``paths``."""
-    return [f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name}: {ph}"
-            for p in paths for ph in sorted(phrases)
-            if any(ph.lower() in t.lower() for t in _texts(p))]
+    found = []
+    for p in paths:
+        text = "\n".join(_texts(p)).lower()  # each file read and tokenized once
+        name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name
+        found += [f"{name}: {ph}" for ph in sorted(phrases) if ph.lower() in text]
+    return found
 
 
 def _leaf(node: ast.expr) -> str:
