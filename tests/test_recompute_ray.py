@@ -91,6 +91,14 @@ def test_ray_bad_row_gives_the_local_message(cluster: str, logs: tuple[Path, Pat
         assert not out.exists()
     assert said["ray"] == said["local"] and str(bad) in said["ray"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    _assert_disconnected()
+
+
+def _assert_disconnected() -> None:
+    """After a failed Ray run no Ray Data thread is left and the driver has disconnected:
+    a thread calling into Ray after ``ray.shutdown`` would end this process."""
+    from pdm_replay.cluster.ray_engine import data_threads
+    assert data_threads() == [] and not ray.is_initialized()
 
 
 def _kill_first_actor(stop: threading.Event, killed: list[int]) -> None:
@@ -146,6 +154,7 @@ def test_a_killed_driver_resumes_on_ray(cluster: str, logs: tuple[Path, Path],
     monkeypatch.setattr(UnitSink, "_finish", dies_after_two)
     with pytest.raises(RuntimeError, match="driver killed"):
         run_recompute(_config(good, out, "ray", cluster))
+    _assert_disconnected()
     markers = sorted(p.stem for p in (staging_path(out) / PROGRESS_DIR).glob("*.json"))
     assert markers == sorted(finished) and not out.exists()
     monkeypatch.setattr(UnitSink, "_finish", real)

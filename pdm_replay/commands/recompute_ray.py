@@ -82,9 +82,8 @@ def ray_tables(cfg: RecomputeConfig, plan: Plan) -> Iterator[pa.Table]:
                 "cfg": cfg, "plan": replace(plan, units=[]),  # actors get their units
                 "device": "cuda" if gpus else "cpu"})
         # closed before the connection ends, whatever stops the loop (a failed write, a bad
-        # row): Ray Data's executor threads must stop before ray.shutdown, or the first of
-        # them to touch the shut-down core worker ends this process with status 1 and no
-        # traceback (Ray's "The core worker has already been shutdown ... will exit").
+        # row): it shuts the executor down, and disconnecting waits for Ray Data's threads
+        # (cluster.ray_engine.wait_for_data_threads) before ray.shutdown.
         with closing(iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))) as batches:
             for table in batches:
                 _raise_error(table)
