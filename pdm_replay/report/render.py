@@ -230,7 +230,7 @@ def headline_sentences(report: Report) -> list[str]:
 
 def _cells(key: str, frame: pl.DataFrame, confidence: float = 0.95
            ) -> tuple[list[str], list[list[str]]]:
-    """Header and string rows of a section (headline relabelled, log health transposed)."""
+    """Header and string rows of a section (headline relabeled, log health transposed)."""
     shows = {"headline": headline_display, "seed_wins": seed_wins_display}
     if key in shows and frame.height:
         shown = shows[key](frame, confidence)
@@ -259,7 +259,7 @@ NARROW = {"headline": ("step", "update", "pair", "δ", "unsafe: ratio (pooled)",
                          "n measured predictive", "n disagree")}
 # sections shown with their own headers: display labels (and every report section whose
 # spec has labels or keeps its headers, e.g. the trainers' metric names)
-LABELLED = ("headline", "seed_wins")
+LABELED = ("headline", "seed_wins")
 TERMINAL_WIDTH = 100
 
 
@@ -301,7 +301,7 @@ def _terminal_cells(key: str, frame: pl.DataFrame, confidence: float, wide: bool
                     ) -> tuple[list[str], list[list[str]], list[str]]:
     header, rows = _cells(key, frame, confidence)
     spec = SECTIONS.get(key)
-    if key not in LABELLED and not (spec and (spec.labels is not None or spec.headers)):
+    if key not in LABELED and not (spec and (spec.labels is not None or spec.headers)):
         header = [column_label(h) for h in header]
     if wide:
         return header, rows, []
