@@ -11,7 +11,7 @@ from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.names import ACTUAL, NONE
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 TERMS_HELP = ("Out-of-region KL tokens with Â ≠ 0 (a fixed pseudo-random subset). Both terms "
               "are signed by sign(Â). The ratio rule calls a token 'moving away' when the local "
