@@ -102,7 +102,7 @@ def run_rounds(variants: list[str], rounds: int, hogs: int, batch_size: int) -> 
     return results
 
 
-def summarise(results: list[dict], variants: list[str]) -> dict:
+def summarize(results: list[dict], variants: list[str]) -> dict:
     med = lambda xs: statistics.median(xs)  # noqa: E731
     out = {f"{v}_loaded_over_quiet": med([r["loaded"][v] / r["quiet"][v] for r in results])
            for v in variants}
@@ -134,7 +134,7 @@ def main() -> None:
     hogs = args.hogs or cpu_budget().cpus
     print(f"cpus {cpu_budget()}, hogs {hogs}, load average before {os.getloadavg()}")
     results = run_rounds(variants, args.rounds, hogs, args.batch_size)
-    summary = summarise(results, variants)
+    summary = summarize(results, variants)
     for k, v in summary.items():
         print(f"{k:40s} {v:.3f}")
     if args.json:

@@ -84,7 +84,7 @@ def build_checkpoint(size: Size, path: Path, device: str) -> int:
                       head_dim=size.head_dim, max_position_embeddings=4096,
                       tie_word_embeddings=True)
     torch.manual_seed(0)
-    with torch.device(device):  # initialise on the GPU: seconds instead of minutes
+    with torch.device(device):  # initialize on the GPU: seconds instead of minutes
         model = Qwen3ForCausalLM(cfg)
     model.to(torch.bfloat16).save_pretrained(path)
     return sum(p.numel() for p in model.parameters())

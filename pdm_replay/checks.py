@@ -1,6 +1,6 @@
 """The checks of a rollout/v1 log: schema, footer, per-token consistency, value ranges.
 
-Every problem names the file, ``sample_id`` and position. Checks run vectorised per
+Every problem names the file, ``sample_id`` and position. Checks run vectorized per
 record batch, so memory stays bounded whatever the log size. ``validate`` runs them over
 a whole log (:func:`pdm_replay.commands.validate.validate_log`); ``masks``, ``replay``,
 ``recompute`` and ``ingest`` run :func:`check_batch` on every batch they read or write.
@@ -203,7 +203,7 @@ def _has_duplicates(ids: np.ndarray) -> np.ndarray:
     return (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] != PAD_ID)
 
 
-def _summarise(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens) -> None:
+def _summarize(report: ValidationReport, batch: pa.RecordBatch, flat: FlatTokens) -> None:
     """K histogram, top-K mass coverage and steps of one batch."""
     report.steps.update(batch.column("step").to_numpy(zero_copy_only=False).tolist())
     counts = np.bincount((flat.topk_ids != PAD_ID).sum(1))
@@ -226,13 +226,13 @@ def check_sample_ids(batch: pa.RecordBatch, file: str, first_row: int,
 
 
 def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
-                report: ValidationReport, seen: set[str], *, summarise: bool = True,
+                report: ValidationReport, seen: set[str], *, summarize: bool = True,
                 max_topk: int | None = None) -> FlatTokens | None:
     """Check one record batch into ``report``; returns the flattened length-clean rows.
 
     ``max_topk``: the most entries a top-K row may hold (:attr:`RolloutMeta.max_topk_entries`).
 
-    ``summarise=False`` skips the statistics only ``validate`` prints (K histogram, top-K
+    ``summarize=False`` skips the statistics only ``validate`` prints (K histogram, top-K
     mass coverage, steps): callers that just need the errors save a pass over the batch.
     """
     report.samples += batch.num_rows
@@ -244,8 +244,8 @@ def check_batch(batch: pa.RecordBatch, file: str, first_row: int, vocab: int,
         return None
     flat = flatten_batch(batch)
     report.tokens += len(flat)
-    if summarise:
-        _summarise(report, batch, flat)
+    if summarize:
+        _summarize(report, batch, flat)
     for kind, (bad, msg) in _token_checks(batch, flat, vocab, max_topk).items():
         if bad is None:
             continue

@@ -6,7 +6,7 @@ weight) computed from detached statistics: exactly the loss whose gradient the r
 :func:`~pdm_replay.replay.step.simulated_step` applies
 (:func:`~pdm_replay.math.surrogate.surrogate_loss`, called here), so a mask studied offline
 trains the same way online. ``N`` is every loss token (``loss_mask.sum()``), as in the
-replay: a mask never changes the normaliser. See ``docs/loss.md`` for TRL and verl use.
+replay: a mask never changes the normalizer. See ``docs/loss.md`` for TRL and verl use.
 
 Examples
 --------
@@ -88,7 +88,7 @@ def policy_loss(mask: str | Mask, logp: Tensor, logp_behavior: Tensor, advantage
     ``top_k`` / ``topk_convention``: the log's K and convention (see :func:`mask_stats`).
     ``advantages`` may be ``(B, 1)`` (one per response, as TRL's). Each row of ``(B, T)``
     is one response (sequence masks reduce over its loss tokens). ``n_tokens``: the
-    normaliser (default: the loss tokens here; pass the global count under data
+    normalizer (default: the loss tokens here; pass the global count under data
     parallelism).
     """
     sel = loss_mask.bool()

@@ -256,7 +256,7 @@ class RolloutMeta:
 
     @property
     def truncated_sampler(self) -> bool:
-        """True when the sampler renormalised over a truncated set (top-p < 1 or top-k > 0)."""
+        """True when the sampler renormalized over a truncated set (top-p < 1 or top-k > 0)."""
         return (self.top_p is not None and self.top_p < 1.0) or bool(self.top_k_sampling)
 
 
@@ -327,7 +327,7 @@ def _number(md: dict[str, str], key: str, kind: type, source: str) -> int | floa
 
 
 def schema_document(schema: pa.Schema) -> dict:
-    """JSON-serialisable description of ``schema`` (what ``schemas/*.json`` holds)."""
+    """JSON-serializable description of ``schema`` (what ``schemas/*.json`` holds)."""
     def field_doc(f: pa.Field) -> dict:
         md = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
         return {"name": f.name, "type": str(f.type), "nullable": f.nullable,

@@ -1,5 +1,5 @@
 """The Ray engine's pieces without a cluster: the map function (what a Ray task runs),
-its retry behaviour, its errors, the resume bookkeeping, and the driver-side checks of
+its retry behavior, its errors, the resume bookkeeping, and the driver-side checks of
 ``pdm-replay masks --engine ray`` (they fail before Ray is started). The engine on a real
 two-node cluster: tests/test_masks_ray_cluster.py."""
 

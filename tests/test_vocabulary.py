@@ -7,6 +7,8 @@ double quotes ("keep-all") fails it in the package's strings, comments and SQL, 
 ``README.md`` and under ``docs/`` (the glossary itself excepted). Random number generators
 are seeded from an ``rng_seed`` (or a ``*_STREAM`` constant deriving a stream from a
 replay batch ``seed``), never from a bare ``seed``: the replay batch is SPEC's ``seed``.
+Spelling is American (``normalize``, ``color``, ``labeled``) in every tracked text file
+but the shipped sample's data.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import subprocess
 import tokenize
 from pathlib import Path
 
@@ -23,6 +26,14 @@ GLOSSARY = ROOT / "docs" / "architecture.md"
 IDENTIFIER = re.compile(r"`([A-Za-z_]\w*)`")
 PHRASE = re.compile(r'"([^"]+)"')
 SQL_SPLIT = re.compile(r"(--[^\n]*|'(?:[^']|'')*')")
+# British forms of the words this codebase uses (and their kin); "analyses" (the plural
+# noun) is American too, so only "analyse(d|s)" as a verb is caught.
+BRITISH = re.compile(
+    r"(?i)\b\w*((colour|behaviour|favour|honour)\w*|centred|centre\b|analys(e|ed|ing)\b"
+    r"|(normal|initial|serial|summar|vector|optim|organ|recogn|util|minim|maxim|standard"
+    r"|custom|token|parallel|real|special|general|visual|categor|prioriti)is(e|ed|er|ers|es"
+    r"|ing|ation|ations|able)\b|(label|model|cancel|travel|signal)l(ed|ing)\b)")
+TEXT_SUFFIXES = {".py", ".md", ".sql", ".toml", ".sh", ".json", ".txt", ".yml", ".yaml"}
 RNG_CALLS = {"manual_seed", "default_rng", "Random", "RandomState", "seed"}
 # make-sample's --seed stays a public flag (the shipped sample's footer records the
 # command line), so SampleConfig.seed seeds its generators.
@@ -120,6 +131,22 @@ def rng_seed_sites(root: Path) -> list[str]:
     return found
 
 
+def british_sites(paths: list[Path]) -> list[str]:
+    """``file:line: word`` for each British spelling in ``paths``."""
+    return [f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name}:{i}: {m.group(0)}"
+            for p in paths for i, line in enumerate(p.read_text().splitlines(), 1)
+            for m in BRITISH.finditer(line)]
+
+
+def tracked_texts() -> list[Path]:
+    """The repository's text files (git's index; the shipped sample's data excepted)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    return [ROOT / f for f in listed if Path(f).suffix in TEXT_SUFFIXES
+            and not f.startswith("sample_data/") and (ROOT / f).is_file()
+            and ROOT / f != Path(__file__).resolve()]  # this file spells them to catch them
+
+
 def test_glossary_lists_retired_names() -> None:
     names, phrases = retired(GLOSSARY.read_text())
     assert {"lmu", "logp_mu", "MASKS", "record_masks"} <= names
@@ -140,6 +167,12 @@ def test_rngs_are_seeded_from_rng_seed() -> None:
     assert rng_seed_sites(PACKAGE) == []
 
 
+def test_spelling_is_american() -> None:
+    paths = tracked_texts()
+    assert ROOT / "pdm_replay" / "schema.py" in paths  # the listing found the tree
+    assert british_sites(paths) == []
+
+
 def test_checkers_catch_each_kind(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("def f(lmu):\n    # the keep-all update\n"
                                    "    return np.random.default_rng(seed)\n"
@@ -154,3 +187,7 @@ def test_checkers_catch_each_kind(tmp_path: Path) -> None:
     rows = retired("## Glossary\n\n| concept | name | col | retired |\n|---|---|---|---|\n"
                    '| a | `x` | | `old`, "old words" |\n\n## Next\n| b | `y` | | `z` |\n')
     assert rows == ({"old"}, {"old words"})
+    (tmp_path / "b.md").write_text("Colours are normalised; a labelled model's behaviour.\n"
+                                   "The analyses are normalized, colored and labeled.\n")
+    assert [s.split(": ")[1] for s in british_sites([tmp_path / "b.md"])] == [
+        "Colours", "normalised", "labelled", "behaviour"]

@@ -57,7 +57,7 @@ def print_summary(result: ReplayResult, seconds: float) -> None:
                 "W/L/T/\nempty"):
         t.add_column(col, justify="left" if col in ("update", "pair") else "right",
                      min_width=PAIR_WIDTH if col == "pair" else None)
-    from pdm_replay.report.render import threshold_cell  # lazy: polars, after the seeds
+    from pdm_replay.report.display import threshold_cell  # lazy: polars, after the seeds
     for a in result.summary:
         # a band (the IcePop pair's [0.5, 5.0]) on two lines, to keep within 80 columns
         band = threshold_cell(a).replace(", ", ",\n")

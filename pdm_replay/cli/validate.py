@@ -47,11 +47,11 @@ def render_report(report: ValidationReport) -> None:
 
 def _warning_text(kind: str, n: int) -> str:
     if kind == "mass-overflow":
-        return (f"{n} tokens whose logged top-K mass exceeds 1 (bf16/fp8 or renormalised "
+        return (f"{n} tokens whose logged top-K mass exceeds 1 (bf16/fp8 or renormalized "
                 "log-probs); their µ tail is clamped to 0")
     if kind == "truncated-sampler":
         return ("the sampler truncated (top-p/top-k) and log-probs are 'processed': the "
-                "logged tail mass is renormalised, not the model's tail")
+                "logged tail mass is renormalized, not the model's tail")
     return str(n)
 
 
@@ -71,7 +71,7 @@ def validate(
     from pdm_replay.commands.validate import validate_log  # torch: only when the command runs
     try:
         list_parquet_files(log)
-    except FileNotFoundError as exc:  # nothing to summarise: no table, the path once
+    except FileNotFoundError as exc:  # nothing to summarize: no table, the path once
         fail(exc)
     report = validate_log(log, max_errors=max_errors)
     render_report(report)

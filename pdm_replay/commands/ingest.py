@@ -217,11 +217,11 @@ def footer_warnings(meta: RolloutMeta, max_k: int) -> list[str]:
         how = f"top_p={meta.top_p}, top_k={meta.top_k_sampling}"
         if meta.logprobs_mode == "processed":
             out.append(f"the sampler truncated ({how}) and log-probs are processed: the "
-                       "logged mu is renormalised over the kept tokens, so the top-K tail "
+                       "logged mu is renormalized over the kept tokens, so the top-K tail "
                        "mass is the truncated sampler's, not the model's")
         else:
             out.append(f"the sampler truncated ({how}) but log-probs are raw: tokens were "
-                       "drawn from the renormalised truncated distribution, not the logged mu")
+                       "drawn from the renormalized truncated distribution, not the logged mu")
     if max_k == 0:
         out.append("no top-K log-probs in the input: every support is {k}; only the binary "
                    "and ratio masks are informative")

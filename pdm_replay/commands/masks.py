@@ -169,7 +169,7 @@ def batch_tokens(item: tuple[Path, int, pa.RecordBatch], vocab: int, meta: Rollo
     file, first, batch = item
     _check_batch_has_train(batch, file, first)
     report = ValidationReport(str(file), max_errors=1)
-    flat = check_batch(batch, str(file), first, vocab, report, set(), summarise=False,
+    flat = check_batch(batch, str(file), first, vocab, report, set(), summarize=False,
                        max_topk=meta.max_topk_entries)
     _raise_first(report)
     if flat is None:

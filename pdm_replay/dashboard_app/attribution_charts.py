@@ -23,7 +23,7 @@ SELF_STAGES = {"geometry": "geometry_share", "interference": "interference_share
                "curvature": "curvature_share"}
 LINEAR_STAGES = {"parameter space": "parameter_space_share",
                  "curvature": "curvature_all_share"}
-STAGE_COLOURS = alt.Scale(
+STAGE_COLORS = alt.Scale(
     domain=["geometry", "interference", "parameter space", "curvature"],
     range=["#8e24aa", "#f57c00", "#6d4c41", "#1e88e5"])
 
@@ -47,9 +47,9 @@ def stage_chart(shares: pl.DataFrame) -> alt.Chart:
     sum to 1."""
     return alt.Chart(shares).mark_bar().encode(
         x=alt.X("predictor:N", title=None),
-        xOffset=alt.XOffset("stage:N", sort=list(STAGE_COLOURS.domain)),
+        xOffset=alt.XOffset("stage:N", sort=list(STAGE_COLORS.domain)),
         y=alt.Y("share:Q", title="share of the sign errors", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("stage:N", scale=STAGE_COLOURS, title="sign flips at"),
+        color=alt.Color("stage:N", scale=STAGE_COLORS, title="sign flips at"),
         tooltip=["scope", "predictor", "stage", "errors",
                  alt.Tooltip("share:Q", format=".1%")],
     ).properties(height=280, width="container")
@@ -58,7 +58,7 @@ def stage_chart(shares: pl.DataFrame) -> alt.Chart:
 def parts_scatter(points: pl.DataFrame, x: str, y: str, x_title: str,
                   y_title: str) -> alt.LayerChart:
     """``y`` against ``x`` per token (e.g. realized ΔD vs the linear term), the diagonal
-    dashed, disagreement tokens coloured."""
+    dashed, disagreement tokens colored."""
     df = points.drop_nulls([x, y]).with_columns(
         token=pl.when(pl.col("disagreement")).then(pl.lit("disagreement"))
         .otherwise(pl.lit("other out-of-region")))

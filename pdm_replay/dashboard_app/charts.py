@@ -18,8 +18,8 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-DIRECTION_COLOURS = alt.Scale(domain=["ratio", "predictive"], range=["#d62728", "#1f77b4"])
-AGREEMENT_COLOURS = alt.Scale(domain=["sign agrees", "sign differs", "no ΔD"],
+DIRECTION_COLORS = alt.Scale(domain=["ratio", "predictive"], range=["#d62728", "#1f77b4"])
+AGREEMENT_COLORS = alt.Scale(domain=["sign agrees", "sign differs", "no ΔD"],
                               range=["#2ca02c", "#d62728", "#9e9e9e"])
 
 
@@ -37,17 +37,17 @@ def seed_unsafe_chart(rates: pl.DataFrame) -> alt.Chart:
                           .then(pl.lit("empty")).otherwise(pl.lit(None))))
     x = alt.X("seed:O", title="seed")
     offset = alt.XOffset("direction:N", sort=["ratio", "predictive"])
-    colour = alt.Color("direction:N", scale=DIRECTION_COLOURS, title="mask direction")
+    color = alt.Color("direction:N", scale=DIRECTION_COLORS, title="mask direction")
     bars = alt.Chart().mark_bar().encode(
-        x=x, xOffset=offset, color=colour,
+        x=x, xOffset=offset, color=color,
         y=alt.Y("unsafe_keep_rate:Q", title="unsafe-keep rate", scale=alt.Scale(domain=[0, 1])),
         tooltip=["panel", "seed", "direction",
                  alt.Tooltip("unsafe_keep_rate:Q", format=".1%")])
     zero = alt.Chart().transform_filter("datum.unsafe_keep_rate === 0").mark_tick(
-        thickness=2, size=8).encode(x=x, xOffset=offset, color=colour,
+        thickness=2, size=8).encode(x=x, xOffset=offset, color=color,
                                    y=alt.Y("unsafe_keep_rate:Q"))
     empty = alt.Chart().transform_filter("datum.kept === 'empty'").mark_text(
-        text="∅", dy=-6, fontSize=11).encode(x=x, xOffset=offset, color=colour,
+        text="∅", dy=-6, fontSize=11).encode(x=x, xOffset=offset, color=color,
                                              y=alt.datum(0), tooltip=["panel", "seed",
                                                                       "direction", "kept"])
     return alt.layer(bars, zero, empty, data=long).properties(height=180, width=280).facet(
@@ -73,7 +73,7 @@ def histogram_chart(hist: pl.DataFrame, *, threshold: float | None, log: bool,
 
 
 def terms_scatter(terms: pl.DataFrame) -> alt.LayerChart:
-    """Local vs global term of Ḋ_KL (signed by sign(Â)) on out-of-region tokens, coloured by
+    """Local vs global term of Ḋ_KL (signed by sign(Â)) on out-of-region tokens, colored by
     whether the predictive sign agreed with the realized ΔD under ``none``. Above the
     diagonal the predictive rule says "moves away"; above zero the ratio rule does."""
     agree = (pl.when(pl.col("delta_d_none").is_null()).then(pl.lit("no ΔD"))
@@ -83,7 +83,7 @@ def terms_scatter(terms: pl.DataFrame) -> alt.LayerChart:
     points = alt.Chart(df).mark_circle(size=18, opacity=0.6).encode(
         x=alt.X("global_term:Q", title="global term sign(Â)(local − Ḋ_agg)"),
         y=alt.Y("local_term:Q", title="local term sign(Â)(π_k − µ_k)"),
-        color=alt.Color("agreement:N", scale=AGREEMENT_COLOURS, title="predictive vs ΔD"),
+        color=alt.Color("agreement:N", scale=AGREEMENT_COLORS, title="predictive vs ΔD"),
         tooltip=["seed", "sample_id", "pos", alt.Tooltip("predicted:Q", format=".4f"),
                  alt.Tooltip("delta_d_none:Q", format=".4f")])
     lo = min(df["global_term"].min() or 0.0, df["local_term"].min() or 0.0)
@@ -143,7 +143,7 @@ NEAR = 0.01  # points closer than this share of both ranges overlap
 def dodge(frame: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
     """``frame`` with ``<x>_shown``: ``x``, except that points within :data:`NEAR` of
     each other's x and y ranges (overprinted marks) are spread sideways by
-    :data:`DODGE` of the x range, centred on their mean x.
+    :data:`DODGE` of the x range, centered on their mean x.
 
     >>> f = pl.DataFrame({"k": [0.90, 0.9001, 0.5], "d": [0.1, 0.1, 0.3]})
     >>> [round(v, 3) for v in dodge(f, "k", "d")["k_shown"]]
@@ -163,7 +163,7 @@ def dodge(frame: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
 
 def mask_comparison_chart(frame: pl.DataFrame) -> alt.LayerChart:
     """Keep fraction (x: the cost in kept gradient) vs the median realized ΔD on
-    out-of-region tokens under each mask's own update (y; rule p10–p90), one colour per
+    out-of-region tokens under each mask's own update (y; rule p10–p90), one color per
     mask and one shape per divergence family (a legend, not labels: masks of one family
     keep nearly the same fraction, and their labels overprinted each other); ``frame`` is
     :func:`pdm_replay.report.mask_comparison.mask_comparison` rows with a measured ΔD.

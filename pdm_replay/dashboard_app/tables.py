@@ -18,7 +18,7 @@ import streamlit as st
 
 from pdm_replay.names import ACTUAL
 from pdm_replay.report.dashboard_api import pair_options
-from pdm_replay.report.render import format_value, threshold_cell
+from pdm_replay.report.display import format_value, threshold_cell
 
 # the headline columns a 1,280 px window shows without scrolling, in this order (the
 # seed means, then every other column, follow); `outcomes` is W/L/T/empty in one cell
@@ -59,7 +59,7 @@ def seed_rates_columns() -> dict[str, Any]:
 
 
 def report_cells(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with every cell as the report prints it (:func:`render.format_value`:
+    """``frame`` with every cell as the report prints it (:func:`display.format_value`:
     rates as percent, p-values 3 digits, "–" where a rate has no tokens), under its column
     names: Streamlit draws a null number as an empty cell, which reads like a missing
     value, not like "no kept disagreement token" (a 0% rate prints "0.0%")."""
@@ -69,7 +69,7 @@ def report_cells(frame: pl.DataFrame) -> pl.DataFrame:
 
 def headline_cells(head: pl.DataFrame) -> pl.DataFrame:
     """The headline as :func:`report_cells`, plus ``outcomes`` (``W/L/T/empty``) and the δ
-    of a band region shown as its band (:func:`render.threshold_cell`)."""
+    of a band region shown as its band (:func:`display.threshold_cell`)."""
     cells = report_cells(head)
     if not head.height:
         return cells.with_columns(outcomes=pl.lit(None, pl.String))

@@ -148,7 +148,7 @@ for _fmt in (
                  "JSONL of OpenAI-compatible (chat) completion responses (vLLM, SGLang "
                  "servers)", (".jsonl", ".json"), "replace_last", "raw"),
     IngestFormat("vllm", "pdm_replay.ingest.vllm:parse",
-                 "vLLM offline RequestOutput serialised to JSON", (".jsonl", ".json"),
+                 "vLLM offline RequestOutput serialized to JSON", (".jsonl", ".json"),
                  "plus_sampled", "raw"),
     IngestFormat("sglang", "pdm_replay.ingest.sglang:parse",
                  "SGLang /generate responses with meta_info log-probs", (".jsonl", ".json"),

@@ -3,7 +3,7 @@
 Used by the ``verl`` ingest format and :class:`RolloutLogger`'s padded inputs; ragged
 rows (the JSON formats, ``columns``) keep their lists and put only their top-K slots
 through the same rule, :func:`slot_columns` (:mod:`pdm_replay.ingest.ragged`).
-Pure numpy + Arrow, vectorised; no torch import.
+Pure numpy + Arrow, vectorized; no torch import.
 
 **Padding rule** (top-K slots of position t of sample b):
 

@@ -176,7 +176,7 @@ def row_problems(table: pa.Table, vocab: int, seen: set[str],
         return problems
     report = ValidationReport("", max_errors=1 << 40)
     check_batch(table.combine_chunks().to_batches()[0], "", 0, vocab, report, set(),
-                summarise=False, max_topk=max_topk)
+                summarize=False, max_topk=max_topk)
     row_of = {sid: i for i, sid in enumerate(ids)}
     for p in report.errors:
         at = f"pos {p.pos}: " if p.pos is not None else ""

@@ -1,4 +1,4 @@
-"""``vllm``: vLLM offline ``RequestOutput`` objects serialised to JSON (one per line).
+"""``vllm``: vLLM offline ``RequestOutput`` objects serialized to JSON (one per line).
 
 Layout (``LLM.generate`` with ``SamplingParams(logprobs=K)``)::
 
@@ -88,11 +88,11 @@ def output_row(rec: Mapping, out: Mapping, index: int, count: int) -> dict[str, 
 def _outputs(rec: dict) -> list:
     outputs = rec.get("outputs")
     if not isinstance(outputs, list) or not outputs:
-        raise IngestError("no outputs[]: expected a serialised vllm RequestOutput")
+        raise IngestError("no outputs[]: expected a serialized vllm RequestOutput")
     return outputs
 
 
 def parse(path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
-    """Rows and rejects of one JSONL (or .json) file of serialised ``RequestOutput``."""
+    """Rows and rejects of one JSONL (or .json) file of serialized ``RequestOutput``."""
     return json_rows(path, _outputs, lambda rec, out, i, n: output_row(rec, out, i, n),
                      "output")

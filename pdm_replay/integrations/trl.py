@@ -11,7 +11,7 @@ Use it in place of ``trl.GRPOTrainer``::
 What TRL 1.16 hands over (``GRPOTrainer._generate_and_score_completions``, read from its
 source): ``prompt_ids`` / ``prompt_mask`` (left-padded), ``completion_ids`` /
 ``completion_mask`` (right-padded, through the first EOS), per-sequence ``advantages``
-(B,), ``old_per_token_logps`` (only when generation and optimisation steps are misaligned
+(B,), ``old_per_token_logps`` (only when generation and optimization steps are misaligned
 or vLLM importance sampling is on), ``tool_mask`` in multi-turn runs, and
 ``sampling_per_token_logps`` only with vLLM. So the two modes log differently:
 

@@ -51,7 +51,7 @@ def dkl_head(pair: Pair) -> Tensor:
     """``(π_k − µ_k) − Σ_{i∈S} π_i (π_i − µ_i)`` (N,), local term minus global head.
 
     Evaluated as ``(π_k − µ_k)(1 − π_k) − Σ_{i∈S, i≠k} π_i (π_i − µ_i)``: the same algebra,
-    but without cancelling two O(1) terms when π_k → 1 (where the result is O(1 − π_k)).
+    but without canceling two O(1) terms when π_k → 1 (where the result is O(1 − π_k)).
     """
     s = as_sums(pair)
     return dkl_local(s) * _one_minus_pi_k(s.pi.logp_k) - s.pi_diff_others

@@ -50,6 +50,6 @@ def tv_binary(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
 
 
 def kl_exact(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
-    """Full-vocabulary ``Σ_i µ_i log(µ_i/π_i)`` from normalised log-probs ``(N, V)``."""
+    """Full-vocabulary ``Σ_i µ_i log(µ_i/π_i)`` from normalized log-probs ``(N, V)``."""
     mu = logp_behavior.double()
     return kl_terms(torch.exp(mu), mu, logp_train.double()).sum(-1)

@@ -2,8 +2,8 @@
 
 Each function reads per-token statistics ``(N,)`` and returns a keep ``(N,)`` bool or a
 weight ``w`` ``(N,)`` float64 of the replay's surrogate ``−Σ w·r·Â / N``: ``w·r`` is the
-factor the producer's loss puts on ``Â·∇log π(k_t)``, so a producer whose loss normalises
-per sequence (GMPO, SAPO) agrees with ``w`` up to that normaliser. Sources (read 2026):
+factor the producer's loss puts on ``Â·∇log π(k_t)``, so a producer whose loss normalizes
+per sequence (GMPO, SAPO) agrees with ``w`` up to that normalizer. Sources (read 2026):
 
 - AReaL M2PO: inclusionAI/AReaL ``areal/trainer/ppo/actor.py``
   ``_apply_m2po_masking`` / ``_get_m2po_loss_mask``;

@@ -1,6 +1,6 @@
 """Top-K support construction and reduced distributions over ``S ∪ {tail}`` (SPEC §1).
 
-Pure torch, float64, vectorised over N tokens. Column 0 of every support is the sampled
+Pure torch, float64, vectorized over N tokens. Column 0 of every support is the sampled
 token k, so ``support.ids[:, 0] == k`` and per-token quantities of k are ``[:, 0]``.
 
 Examples
@@ -160,7 +160,7 @@ class Reduced:
 def reduce_logprobs(logp_s: Tensor, log_z: Tensor | None = None) -> Reduced:
     """Reduced distribution from log-probs on S ``(N, M)`` (``-inf`` where invalid).
 
-    With ``log_z`` (N,) the inputs are logits and are normalised by it (replay path).
+    With ``log_z`` (N,) the inputs are logits and are normalized by it (replay path).
     The tail is ``log1mexp(log Σ_S p)`` in log space, never ``log(1 − Σ)``; a logged mass
     above 1 gives a tail of exactly 0.
     """

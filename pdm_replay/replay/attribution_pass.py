@@ -133,7 +133,7 @@ class SeedAttribution:
         """updates/v1 attribution columns ``(N,)``; NaN (written as null) off the sample.
 
         ``realized`` is ``delta_kl_topk``, ``weight`` the update's keep (0/1),
-        ``n_tokens`` the loss normaliser N of the simulated step and ``lr`` the step's
+        ``n_tokens`` the loss normalizer N of the simulated step and ``lr`` the step's
         learning rate (default ``self.lr``; ``--lr auto`` chooses one per update).
         """
         lin = self.linear(delta)

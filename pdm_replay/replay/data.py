@@ -137,7 +137,7 @@ def _checked(index: LogIndex, table: pa.Table, vocab_size: int, max_topk: int | 
     report = ValidationReport(str(source), max_errors=1)
     with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are reported
         flat = check_batch(batch, str(source), 0, vocab_size, report, set(),
-                           summarise=False, max_topk=max_topk)
+                           summarize=False, max_topk=max_topk)
     if not report.ok or flat is None:
         problem = report.errors[0] if report.errors else "no usable rows"
         raise InputError(f"{label}{problem}", fix="run `pdm-replay validate` on the log for "

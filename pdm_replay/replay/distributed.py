@@ -2,7 +2,7 @@
 
 Started as ``torchrun --nproc_per_node N -m pdm_replay replay ...``: every rank draws the
 same global batch of a seed, keeps a contiguous, cost-balanced shard of its samples for
-the forward passes (:func:`shard_seed_batch`), normalises the surrogate by the *global*
+the forward passes (:func:`shard_seed_batch`), normalizes the surrogate by the *global*
 loss-token count (:meth:`Dist.sum_int`) and sums gradients over ranks before the
 optimizer step (:meth:`Dist.grad_reduce`), so the simulated step is the single-process
 step on the same global batch. Rank r writes ``part-<r>.parquet`` of every seed; rank 0
@@ -208,7 +208,7 @@ def init_from_env(device: str = "cpu", fsdp: bool = False,
                   env: dict[str, str] | None = None) -> Dist:
     """The job this process belongs to, from the torchrun environment (``RANK``,
     ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``); :data:`LOCAL` outside
-    torchrun or with one process. Initialises the process group: NCCL for ``--device
+    torchrun or with one process. Initializes the process group: NCCL for ``--device
     cuda``, gloo otherwise.
 
     >>> init_from_env("cpu", env={}) is LOCAL

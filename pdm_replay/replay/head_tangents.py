@@ -62,9 +62,9 @@ def chunk_tangents(z: Tensor, dz: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     True
     """
     dz_s = dz.gather(1, ids)
-    e = z.sub_(z.amax(-1, keepdim=True)).exp_()  # unnormalised π, in place
+    e = z.sub_(z.amax(-1, keepdim=True)).exp_()  # unnormalized π, in place
     sum_e = e.sum(-1)
-    e_dz = dz.mul_(e)  # π_j dz_j (unnormalised), in place
+    e_dz = dz.mul_(e)  # π_j dz_j (unnormalized), in place
     mean = e_dz.sum(-1) / sum_e
     e.scatter_(1, ids, 0.0)
     e_dz.scatter_(1, ids, 0.0)
@@ -85,7 +85,7 @@ def linear_chunk_tangents(h: Tensor, dh: Tensor, w: Tensor, dw: Tensor, b: Tenso
     if b is not None:
         z.add_(b)
     e = z.float().div_(temperature) if temperature != 1.0 else z.float()
-    e = e.sub_(e.amax(-1, keepdim=True)).exp_()  # unnormalised π at the chunk
+    e = e.sub_(e.amax(-1, keepdim=True)).exp_()  # unnormalized π at the chunk
     keep = valid.to(e.dtype)
     e_s = e.gather(1, ids) * keep  # each support id once
     e.scatter_(1, ids, 0.0)  # tail entries only

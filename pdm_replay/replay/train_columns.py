@@ -48,7 +48,7 @@ def checked_flat(table: pa.Table, vocab_size: int, max_topk: int | None, source:
     batch = pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
     report = ValidationReport(source, max_errors=1)
     with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are reported
-        flat = check_batch(batch, source, 0, vocab_size, report, set(), summarise=False,
+        flat = check_batch(batch, source, 0, vocab_size, report, set(), summarize=False,
                            max_topk=max_topk)
     if not report.ok or flat is None:
         problem = report.errors[0] if report.errors else "no usable rows"

@@ -143,7 +143,7 @@ class Report:
 
     def sections(self) -> list[tuple[str, str, pl.DataFrame]]:
         """``(key, title, frame)`` of every table, in print order (the threshold comparison
-        only when some comparison was analysed at several δ)."""
+        only when some comparison was analyzed at several δ)."""
         shown = []
         for key in section_keys():
             frame = getattr(self, key)
@@ -238,7 +238,7 @@ def _attribution(db: ReportDB) -> pl.DataFrame:
 
 def basis_notes(db: ReportDB) -> list[str]:
     """Which updates the numbers use and comparisons whose own updates were not simulated
-    at the threshold analysed (overlapping seeds are a :mod:`.legend` warning)."""
+    at the threshold analyzed (overlapping seeds are a :mod:`.legend` warning)."""
     info, layout = db.info, db.layout
     notes = []
     trainer = (info.manifest or {}).get("trainer_mask")

@@ -119,7 +119,7 @@ def _fields(pair: MaskPair) -> tuple[str, ...]:
 
 def _settings(info: RunInfo, pair: MaskPair, override: Mapping[str, float]
               ) -> list[Thresholds]:
-    """Threshold settings a pair is analysed at: the report-time overrides of its fields,
+    """Threshold settings a pair is analyzed at: the report-time overrides of its fields,
     else each sweep variant of its ratio mask, else the run's primary thresholds."""
     fields = _fields(pair)
     given = {f: v for f, v in override.items() if f in fields}

@@ -180,7 +180,7 @@ SIDE_BY_SIDE = ("disagreement_per_seed", "unsafe_ratio_pooled", "unsafe_predicti
 
 
 def threshold_comparison(head: pl.DataFrame) -> pl.DataFrame:
-    """The paper's δ comparison side by side: one row per (basis, pair) that was analysed
+    """The paper's δ comparison side by side: one row per (basis, pair) that was analyzed
     at several δ, the :data:`SIDE_BY_SIDE` columns of each δ as
     ``<column>@<δ>`` (empty when no comparison has two thresholds).
 

@@ -91,7 +91,7 @@ def _horizontal(ax: Any) -> dict[str, Any]:
 
 def mask_comparison_png(frame: pl.DataFrame) -> bytes:
     """One panel per divergence family: a box of ΔD (p25–p75, whiskers p10–p90, median
-    line) per mask whose own update was measured, labelled with its keep fraction."""
+    line) per mask whose own update was measured, labeled with its keep fraction."""
     measured = frame.filter(pl.col("n_measured") > 0)
     families = measured["family"].unique(maintain_order=True).to_list() or ["kl"]
     n = max((measured["family"] == f).sum() for f in families) if measured.height else 1

@@ -2,7 +2,7 @@
 
 - ``kept_deltas``: ΔD of the disagreement tokens each mask kept, under its own update;
 - ``direction_terms``: local vs global term of the KL slope on out-of-region tokens,
-  coloured by whether the predictive sign agreed with the realized ΔD (update ``none``);
+  colored by whether the predictive sign agreed with the realized ΔD (update ``none``);
 - ``seed_rates``: per-seed unsafe-keep rate, ratio (x) vs predictive (y);
 - every report section with a plot (:mod:`pdm_replay.report.sections`), by its name:
   ``mask_comparison``, per mask the realized ΔD on out-of-region tokens under its own
@@ -34,8 +34,8 @@ from pdm_replay.report import api
 from pdm_replay.report.db import ReportDB
 from pdm_replay.report.figures import INSTALL_HINT, _empty, _figure, _png  # noqa: F401
 from pdm_replay.report.section_catalog import SECTIONS
-# one colour per comparison pair, in the order the pairs come (registry order)
-PAIR_COLOURS = ("#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+# one color per comparison pair, in the order the pairs come (registry order)
+PAIR_COLORS = ("#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                 "#bcbd22")
 
 
@@ -55,10 +55,10 @@ def kept_deltas_png(deltas: pl.DataFrame) -> bytes:
             _empty(ax, "no kept disagreement token\nwith a measured ΔD")
             continue
         bins = np.histogram_bin_edges(values, bins=30)
-        for kept_by, colour in (("ratio", "#7f7f7f"), ("predictive", "#2ca02c")):
+        for kept_by, color in (("ratio", "#7f7f7f"), ("predictive", "#2ca02c")):
             part = sub.filter(pl.col("kept_by") == kept_by)
             if part.height:
-                ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=colour,
+                ax.hist(part["delta_d_kept"].to_numpy(), bins=bins, alpha=0.6, color=color,
                         label=f"kept by {part['update_mask'][0]} (n={part.height})")
         ax.axvline(0.0, color="black", lw=0.8)
         ax.set_xlabel("ΔD (> 0: unsafe keep)")
@@ -105,7 +105,7 @@ def seed_rates_png(rates: pl.DataFrame) -> bytes:
     groups = both.group_by(["pair", "delta", "region"], maintain_order=True)
     for i, ((pair, delta, region), g) in enumerate(groups):
         ax.scatter(g["unsafe_ratio"], g["unsafe_predictive"], s=18, alpha=0.8,
-                   color=PAIR_COLOURS[i % len(PAIR_COLOURS)], label=f"{pair}, {region}")
+                   color=PAIR_COLORS[i % len(PAIR_COLORS)], label=f"{pair}, {region}")
     ax.plot([0, 1], [0, 1], color="black", lw=0.8)
     ax.set_xlim(-0.02, 1.02)  # rates of 0 and 1 are common with few disagreements
     ax.set_ylim(-0.02, 1.02)

@@ -70,9 +70,9 @@ class ReportSection:
     ``sql`` (default ``name``); ``frame``: ``frame(db, **params) -> DataFrame`` (None: the
     named query with ``params``); ``note``: ``note(frame, db) -> str | None``, why some
     cells are empty; ``labels``: ``{column: label}``, the shown columns under their labels
-    (None: every column under its own name, snake_case relabelled on the terminal);
+    (None: every column under its own name, snake_case relabeled on the terminal);
     ``headers``: print the column names as they are (trainers' metric names; default:
-    snake_case relabelled on the terminal); ``percent`` / ``signed``: columns printed as
+    snake_case relabeled on the terminal); ``percent`` / ``signed``: columns printed as
     percent / with their sign; ``narrow``: the labels a 100-column terminal shows
     (``--wide``: all); ``legend``: ``(term, text)``
     lines of the legend; ``plot``: ``plot(frame) -> PNG bytes`` and ``plot_title``;

@@ -19,7 +19,7 @@ only from the headline's rows (:mod:`.headline`) and the per-seed counts
    side of the pair: under the trainer's real step that side's kept disagreement tokens
    were trained on, and the other side's are tokens the trainer dropped (no gradient of
    their own), so the difference mixes the direction criterion with whether the token was
-   trained on. It is stated after the unconfounded basis, labelled so, and never resolves
+   trained on. It is stated after the unconfounded basis, labeled so, and never resolves
    the comparison.
 4. **Seeds.** With independent seeds (disjoint samples) and at least
    :data:`~.legend.MIN_SEEDS` compared seeds, the sign-test and Wilcoxon p-values are

@@ -36,7 +36,7 @@ class ModelConfig:
 
 def build_model(cfg: ModelConfig, vocab_size: int, *, bos_id: int, eos_id: int,
                 pad_id: int) -> Qwen3ForCausalLM:
-    """A freshly initialised float32 model (seed torch's global RNG first)."""
+    """A freshly initialized float32 model (seed torch's global RNG first)."""
     config = Qwen3Config(
         vocab_size=vocab_size, hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,

@@ -124,7 +124,7 @@ def token_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
                    responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     """log π(k_t) of every response token, ``(B, T_max)``, and its validity mask.
 
-    Differentiable and vectorised, for training losses. The LM head runs only at the
+    Differentiable and vectorized, for training losses. The LM head runs only at the
     positions that predict a response token (the prompt's logits are never needed; with a
     4,103-token vocabulary the head is most of the model's cost).
     """

@@ -1,6 +1,6 @@
 -- Core views: settings, seeds, the out-of-region set and the ratio/predictive decision pairs.
 -- `comparisons` (registered from pdm_replay.report.comparisons) lists every registered
--- (ratio, predictive) mask pair at each threshold setting analysed, with the region of its
+-- (ratio, predictive) mask pair at each threshold setting analyzed, with the region of its
 -- predictive mask's proximity criterion as the registry builds it (outside
 -- low <= stat <= high, stat a tokens/v1 column) and its predictive slope column: both
 -- masks share that region, so any difference between them is one of direction.

@@ -128,7 +128,7 @@ def screenshot(page, name: str, tmp: Path) -> Path:
 
 
 def open_options(page, label: str):
-    """Open the selectbox labelled ``label``; its options. A click can land while charts
+    """Open the selectbox labeled ``label``; its options. A click can land while charts
     still move the layout, so it is retried until the list shows."""
     box = page.get_by_test_id("stSelectbox").filter(has_text=label)
     for _ in range(5):
@@ -143,7 +143,7 @@ def open_options(page, label: str):
 
 
 def choose(page, label: str, option: str) -> None:
-    """Pick ``option`` in the selectbox labelled ``label``."""
+    """Pick ``option`` in the selectbox labeled ``label``."""
     open_options(page, label).filter(has_text=option).first.click()
     settle(page)
 
@@ -190,7 +190,7 @@ def _charts_drawn(page) -> list[str]:
     titles are ``role-axis-*``, ``role-legend-*``, ``role-title``); a chart over no rows
     draws its axes and an empty group, so this fails on it (checked on an empty altair
     point chart: its group has 0 children). Streamlit draws large charts on a canvas
-    instead: there the chart must have coloured pixels (marks are coloured, axes and text
+    instead: there the chart must have colored pixels (marks are colored, axes and text
     grey or black: max − min channel > 60)."""
     bad = []
     charts = page.get_by_test_id("stVegaLiteChart")
@@ -201,17 +201,17 @@ def _charts_drawn(page) -> list[str]:
             const groups = [...c.querySelectorAll('svg g.role-mark')];
             if (groups.some(g => g.childElementCount > 0)) return [];
             const canvas = c.querySelector('canvas');
-            if (canvas && !groups.length) {  // a large chart: count coloured pixels
+            if (canvas && !groups.length) {  // a large chart: count colored pixels
                 const px = canvas.getContext('2d')
                     .getImageData(0, 0, canvas.width, canvas.height).data;
-                let coloured = 0;
+                let colored = 0;
                 for (let k = 0; k < px.length; k += 4) {
                     const hi = Math.max(px[k], px[k + 1], px[k + 2]);
                     const lo = Math.min(px[k], px[k + 1], px[k + 2]);
-                    if (px[k + 3] > 0 && hi - lo > 60) coloured += 1;
+                    if (px[k + 3] > 0 && hi - lo > 60) colored += 1;
                 }
-                if (coloured > 50) return [];
-                return [`chart ${i}: canvas with ${coloured} coloured pixels`];
+                if (colored > 50) return [];
+                return [`chart ${i}: canvas with ${colored} colored pixels`];
             }
             return [`chart ${i}: ${groups.length} mark groups, none drawn; svg `
                     + `${c.querySelectorAll('svg').length}, canvas `

@@ -10,7 +10,7 @@ from pdm_replay.dashboard_app.tables import (CHAR_PX, HEADLINE_KEY, HEADLINE_LAB
                                             VISIBLE_KEY, VISIBLE_PX, headline_cells,
                                             headline_order, headline_widths, report_cells)
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 
 def test_zero_rate_and_empty_seed_draw_differently() -> None:

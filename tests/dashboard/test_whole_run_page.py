@@ -11,7 +11,7 @@ from dashboard_fixtures import app_for  # noqa: F401 (fixture)
 from pdm_replay.report.build import _whole_run
 from pdm_replay.report.db import connect
 from pdm_replay.report.overview import overview
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 from ray_outputs import SAMPLE, ray_output
 
 

@@ -125,7 +125,7 @@ def openai_record(truth: Truth, i: int, token=lambda j: f"token_id:{j}") -> dict
 
 
 def vllm_record(truth: Truth, i: int) -> dict:
-    """A serialised RequestOutput: per position {token_id: Logprob}, sampled token first."""
+    """A serialized RequestOutput: per position {token_id: Logprob}, sampled token first."""
     row, logprobs = truth.rows[i], []
     for p in truth.positions[i]:
         order = vllm_order(p)

@@ -83,4 +83,4 @@ def test_truncation_warning_printed(tmp_path: Path) -> None:
                               str(tmp_path / "o.parquet"), "--vocab-size", str(VOCAB),
                               "--top-p", "0.95", "--logprobs-mode", "processed"])
     assert res.exit_code == 0, res.output
-    assert "renormalised" in res.output
+    assert "renormalized" in res.output

@@ -153,13 +153,13 @@ def test_truncated_processed_sampler_warns(tmp_path: Path, truth: Truth) -> None
         r["sampling_params"].update(top_p=0.9, logprobs_mode="processed_logprobs")
     src = write_jsonl(tmp_path / "gen.jsonl", recs)
     s = ingest(IngestConfig("vllm", (src,), tmp_path / "log.parquet", vocab_size=VOCAB))
-    assert any("renormalised" in w for w in s.warnings)
+    assert any("renormalized" in w for w in s.warnings)
     meta = read_meta(tmp_path / "log.parquet")
     assert (meta.top_p, meta.logprobs_mode) == (0.9, "processed")
     # a CLI-style override wins over the records
     s = ingest(IngestConfig("vllm", (src,), tmp_path / "log2.parquet", vocab_size=VOCAB,
                             logprobs_mode="raw", top_p=1.0))
-    assert not any("renormalised" in w for w in s.warnings)
+    assert not any("renormalized" in w for w in s.warnings)
     assert read_meta(tmp_path / "log2.parquet").logprobs_mode == "raw"
 
 

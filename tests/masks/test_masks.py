@@ -106,7 +106,7 @@ def scaled(s: float) -> Thresholds:
 
 @settings(max_examples=40, deadline=None)
 @given(token_batches(), st.integers(0, 2**31 - 1))
-def test_every_registered_mask_honours_the_contract(stats: TokenStats, split: int) -> None:
+def test_every_registered_mask_honors_the_contract(stats: TokenStats, split: int) -> None:
     n_tok = stats.advantage.shape[0]
     g = torch.Generator().manual_seed(split)  # random responses, random loss mask
     seqs = Segments(torch.sort(torch.randint(0, 3, (n_tok,), generator=g)).values,

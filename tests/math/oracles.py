@@ -17,7 +17,7 @@ from pdm_replay.math.direction import _one_minus_pi_k, _tv_slope
 
 
 def tv_exact(logp_behavior: Tensor, logp_train: Tensor) -> Tensor:
-    """Full-vocabulary ``½ Σ_i |µ_i − π_i|`` from normalised log-probs ``(N, V)``."""
+    """Full-vocabulary ``½ Σ_i |µ_i − π_i|`` from normalized log-probs ``(N, V)``."""
     return 0.5 * (torch.exp(logp_behavior.double()) - torch.exp(logp_train.double())).abs().sum(-1)
 
 

@@ -96,7 +96,7 @@ def test_exact_directions_match_full_vocabulary_fd(b: Batch) -> None:
 @FD
 @given(batches(), st.floats(-50.0, 50.0), st.floats(-50.0, 50.0))
 def test_dkl_from_sums_with_lse_identities_matches_fd(b: Batch, c_mu: float, c_pi: float) -> None:
-    # SPEC §7 chunked form from unnormalised logits z_µ = log µ + c_µ, z = log π + c_π:
+    # SPEC §7 chunked form from unnormalized logits z_µ = log µ + c_µ, z = log π + c_π:
     # Σπ² = exp(LSE(2z) − 2·LSE(z)), Σπµ = exp(LSE(z + z_µ) − LSE(z) − LSE(z_µ)).
     z_mu, z = b.logp_behavior + c_mu, b.logp_train + c_pi
     lse, lse_mu = torch.logsumexp(z, -1), torch.logsumexp(z_mu, -1)

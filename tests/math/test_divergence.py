@@ -151,7 +151,7 @@ def test_binary_divergences_are_finite_nonnegative_and_bounded(lps: list) -> Non
     kl, tv = dv.kl_binary(logp_behavior, logp_train), dv.tv_binary(logp_behavior, logp_train)
     assert torch.isfinite(kl).all() and (kl >= -1e-12).all()
     assert ((tv >= 0) & (tv <= 1)).all()
-    # symmetric in the labelling of the two atoms: KL(µ‖π) over {k, rest} is the same
+    # symmetric in the labeling of the two atoms: KL(µ‖π) over {k, rest} is the same
     # computed from the complementary probabilities (1−µ_k, 1−π_k); the test's own
     # log(1 − p) round trip loses ~1e-16/min(p, 1−p) relative, so keep p in [1e-4, 1−1e-4]
     inner = lambda lp: (lp > math.log(1e-4)) & (lp < math.log1p(-1e-4))  # noqa: E731

@@ -249,7 +249,7 @@ def test_tiny_tail_of_many_atoms_is_accurate_to_float64_sums(m: int, tail: float
     assert abs(red.tail.item() - ref) <= 4e-16 * m ** 0.5 + 2e-16
 
 
-def test_replay_path_normalises_logits_by_log_z() -> None:
+def test_replay_path_normalizes_logits_by_log_z() -> None:
     # Logits on S = (3, 1), full logZ = log(e^3 + e^1 + e^-2): tail = e^-2 / Z.
     z = t64(3.0, 1.0)
     log_z = torch.logsumexp(t64(3.0, 1.0, -2.0), 0)[None]

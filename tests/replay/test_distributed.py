@@ -334,7 +334,7 @@ def assert_sharded(run: Path, seeds: int, world: int) -> None:
 @pytest.mark.slow
 def test_torchrun_two_processes_equal_one_process(tmp_path, replay_log, model_dir,
                                                   behavior_dir):
-    """DDP semantics: SGD (sensitive to the global normaliser, unlike Adam's first step),
+    """DDP semantics: SGD (sensitive to the global normalizer, unlike Adam's first step),
     exact columns, attribution columns (self/cross: SGD only); sharded parts per rank.
     lr 1e-2 keeps the attribution terms O(1): at lr 0.5 they reach ~144, where float32
     leaves ~5e-5 of absolute agreement (4e-7 relative)."""

@@ -17,7 +17,7 @@ import pytest
 from report_fixtures import token_rows
 from pdm_replay.report.db import connect
 from pdm_replay.report.mask_comparison import NO_UPDATES, comparison_note, mask_comparison
-from pdm_replay.report.render import mask_comparison_display
+from pdm_replay.report.display import mask_comparison_display
 from pdm_replay.schema import UPDATES_V1
 
 

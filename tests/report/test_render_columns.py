@@ -8,8 +8,8 @@ import polars as pl
 
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
-from pdm_replay.report.render import (format_value, headline_display, render_table,
-                                      seed_wins_display)
+from pdm_replay.report.display import format_value, headline_display, seed_wins_display
+from pdm_replay.report.render import render_table
 
 
 def _section(text: str, title: str) -> str:

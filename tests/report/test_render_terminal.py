@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from pdm_replay.cli import app
-from pdm_replay.report.render import format_value
+from pdm_replay.report.display import format_value
 
 runner = CliRunner()
 

@@ -17,7 +17,8 @@ from pdm_replay.cli import app
 from pdm_replay.report.build import build_report
 from pdm_replay.report.db import connect
 from pdm_replay.report.overview import overview
-from pdm_replay.report.render import format_value, render_html, render_markdown, render_table
+from pdm_replay.report.display import format_value
+from pdm_replay.report.render import render_html, render_markdown, render_table
 from pdm_replay.report.verdict import (NUMBER_KEYS, PAPER_DIFF, comparison_verdict,
                                        tokens_needed, verdicts)
 

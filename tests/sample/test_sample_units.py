@@ -51,7 +51,7 @@ def test_reward_ignores_tokens_after_eos_and_penalises_length() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.floats(0, 1), min_size=8, max_size=8), min_size=1, max_size=4))
-def test_group_advantages_are_normalised_per_group(rewards: list[list[float]]) -> None:
+def test_group_advantages_are_normalized_per_group(rewards: list[list[float]]) -> None:
     r = torch.tensor(rewards, dtype=torch.float64)
     adv = group_advantages(r)
     assert torch.allclose(adv.mean(-1), torch.zeros(len(rewards), dtype=adv.dtype),

@@ -1,5 +1,5 @@
 """Divergence page: distributions of the top-K KL and TV divergences with δ marked, and the
-local vs global term of the KL slope coloured by agreement with the realized ΔD."""
+local vs global term of the KL slope colored by agreement with the realized ΔD."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.names import ACTUAL, NONE
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 TERMS_HELP = ("Out-of-region KL tokens with Â ≠ 0 (a fixed pseudo-random subset). Both terms "
               "are signed by sign(Â). The ratio rule calls a token 'moving away' when the local "
               "term is > 0 (above the grey line); the predictive rule when local > global (above "
-              "the dashed diagonal). Colour: does the predictive sign match the realized ΔD "
+              "the dashed diagonal). Color: does the predictive sign match the realized ΔD "
               "under the `none` update?")
 
 

@@ -10,7 +10,7 @@ from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import RunRef, data, open_page, run_info
 from pdm_replay.report import api
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 
 def _fidelity(run: RunRef) -> None:

@@ -12,7 +12,7 @@ from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.names import ACTUAL
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import section_display
+from pdm_replay.report.display import section_display
 from pdm_replay.report.section_catalog import MASK_COMPARISON
 
 FAMILIES = {"KL": "kl", "TV": "tv"}

@@ -10,7 +10,7 @@ import streamlit as st
 from pdm_replay.dashboard_app import charts
 from pdm_replay.dashboard_app.state import data, open_page
 from pdm_replay.report import dashboard_api as dapi
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 # (key prefix, section title) in display order; a metric's section is the longest prefix
 # it starts with

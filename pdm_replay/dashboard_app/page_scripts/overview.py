@@ -21,7 +21,7 @@ from pdm_replay.report.headline import threshold_comparison
 from pdm_replay.report.dashboard_api import RunStatus
 from pdm_replay.report.legend import LEGEND
 from pdm_replay.report.overview import Overview, overview
-from pdm_replay.report.render import display_frame
+from pdm_replay.report.display import display_frame
 
 HEADLINE_HELP = "  \n".join(f"**{term}**: {text}" for term, text in LEGEND)
 
