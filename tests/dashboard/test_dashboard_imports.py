@@ -12,6 +12,7 @@ import sys
 
 MODULES = ("pdm_replay.report.dashboard_api", "pdm_replay.report.build",
            "pdm_replay.report.legend", "pdm_replay.report.mask_comparison",
+           "pdm_replay.report.display",
            "pdm_replay.dashboard_app.state", "pdm_replay.dashboard_app.charts")
 
 
