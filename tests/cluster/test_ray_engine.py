@@ -6,6 +6,7 @@ and ``gc``; the real threads are checked on a real cluster in ``tests/test_recom
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Iterator
 
@@ -28,9 +29,13 @@ def test_a_thread_stopped_by_the_garbage_collector_is_waited_for() -> None:
     cycle.append(cycle)  # only the cyclic collector frees it, as for Ray Data's iterators
     worker = threading.Thread(target=stop.wait, name="Prefetcher", daemon=True)
     worker.start()
-    del gen, cycle
-    assert worker in data_threads()
-    assert wait_for_data_threads(timeout=30) == [] and not worker.is_alive()
+    gc.disable()  # no automatic collection: only the one the waiting runs may free it
+    try:
+        del gen, cycle
+        assert worker in data_threads()
+        assert wait_for_data_threads(timeout=30) == [] and not worker.is_alive()
+    finally:
+        gc.enable()
 
 
 def test_a_thread_that_does_not_stop_is_returned_after_the_timeout() -> None:
