@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import io
 import re
-import subprocess
 import tokenize
 from pathlib import Path
 
@@ -33,6 +32,8 @@ BRITISH = re.compile(
     r"|(normal|initial|serial|summar|vector|optim|organ|recogn|util|minim|maxim|standard"
     r"|custom|token|parallel|real|special|general|visual|categor|prioriti)is(e|ed|er|ers|es"
     r"|ing|ation|ations|able)\b|(label|model|cancel|travel|signal)l(ed|ing)\b)")
+SOURCE_FOLDERS = ("pdm_replay", "tests", "docs", "benchmarks", "dashboards", "schemas", ".ci")
+SKIP_PARTS = {"venv", ".venv", "__pycache__", ".pytest_cache", ".hypothesis"}
 TEXT_SUFFIXES = {".py", ".md", ".sql", ".toml", ".sh", ".json", ".txt", ".yml", ".yaml"}
 RNG_CALLS = {"manual_seed", "default_rng", "Random", "RandomState", "seed"}
 # make-sample's --seed stays a public flag (the shipped sample's footer records the
@@ -139,12 +140,14 @@ def british_sites(paths: list[Path]) -> list[str]:
 
 
 def tracked_texts() -> list[Path]:
-    """The repository's text files (git's index; the shipped sample's data excepted)."""
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.split()
-    return [ROOT / f for f in listed if Path(f).suffix in TEXT_SUFFIXES
-            and not f.startswith("sample_data/") and (ROOT / f).is_file()
-            and ROOT / f != Path(__file__).resolve()]  # this file spells them to catch them
+    """The project's text files: the top level's and those under its source folders (no
+    git needed: CI may test a copy), the shipped sample's data and build output excepted."""
+    found = [p for p in ROOT.iterdir() if p.is_file()]
+    for folder in SOURCE_FOLDERS:
+        found += [p for p in (ROOT / folder).rglob("*") if p.is_file()
+                  and not SKIP_PARTS & set(p.relative_to(ROOT).parts)]
+    return sorted(p for p in found if p.suffix in TEXT_SUFFIXES
+                  and p != Path(__file__).resolve())  # this file spells them to catch them
 
 
 def test_glossary_lists_retired_names() -> None:
