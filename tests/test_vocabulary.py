@@ -7,7 +7,7 @@ double quotes ("keep-all") fails it in the package's strings, comments and SQL, 
 ``README.md`` and under ``docs/`` (the glossary itself excepted). Random number generators
 are seeded from an ``rng_seed`` (or a ``*_STREAM`` constant deriving a stream from a
 replay batch ``seed``), never from a bare ``seed``: the replay batch is SPEC's ``seed``.
-Spelling is American (``normalize``, ``color``, ``labeled``) in every tracked text file
+Spelling is American (``normalize``, ``color``, ``labeled``) in every text file of the project
 but the shipped sample's data.
 """
 
@@ -139,7 +139,7 @@ def british_sites(paths: list[Path]) -> list[str]:
             for m in BRITISH.finditer(line)]
 
 
-def tracked_texts() -> list[Path]:
+def project_texts() -> list[Path]:
     """The project's text files: the top level's and those under its source folders (no
     git needed: CI may test a copy), the shipped sample's data and build output excepted."""
     found = [p for p in ROOT.iterdir() if p.is_file()]
@@ -171,7 +171,7 @@ def test_rngs_are_seeded_from_rng_seed() -> None:
 
 
 def test_spelling_is_american() -> None:
-    paths = tracked_texts()
+    paths = project_texts()
     assert ROOT / "pdm_replay" / "schema.py" in paths  # the listing found the tree
     assert british_sites(paths) == []
 
