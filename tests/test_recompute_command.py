@@ -159,6 +159,18 @@ def test_a_bad_row_late_in_the_log_leaves_nothing_behind(subset: Path, tmp_path:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
 
 
+def test_a_footer_temperature_of_0_is_refused_before_any_output(subset: Path,
+                                                                tmp_path: Path) -> None:
+    """π is recomputed at µ's sampling temperature (RolloutLog.sampling_temperature)."""
+    table = pq.read_table(subset)
+    log = tmp_path / "t0.parquet"
+    pq.write_table(table.replace_schema_metadata(
+        {**table.schema.metadata, b"temperature": b"0"}), log)
+    said = _error([log, "--checkpoint", TEMPLATE, "--out", tmp_path / "out.parquet"])
+    assert f"{log}: footer temperature=0.0; π is recomputed at the sampling" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.parquet"]
+
+
 def test_an_existing_output_is_refused(subset: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.parquet"
     out.write_text("keep me")

@@ -28,7 +28,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from pdm_replay.errors import FieldError, InputError
+from pdm_replay.errors import FieldError
 from pdm_replay.io.atomic import stale_temps
 from pdm_replay.io.log import RolloutLog
 from pdm_replay.names import DTYPES, ENGINES
@@ -106,15 +106,13 @@ def plan_units(steps: np.ndarray, task_rows: int, micro_batch_size: int) -> list
 
 @dataclass(frozen=True)
 class Plan:
-    """What the driver checked: the log's footer, its index, the units."""
+    """What the driver checked: the log's footer, its index, the units, and µ's sampling
+    temperature (which π is recomputed at)."""
 
     meta: RolloutMeta
     index: LogIndex
     units: list[Unit]
-
-    @property
-    def temperature(self) -> float:
-        return 1.0 if self.meta.temperature is None else self.meta.temperature
+    temperature: float
 
 
 def _check_out(cfg: RecomputeConfig) -> None:
@@ -144,14 +142,11 @@ def plan(cfg: RecomputeConfig) -> Plan:
     check_template(cfg.checkpoint, "checkpoint")
     _check_out(cfg)
     log = RolloutLog.open(cfg.log)  # validate's file-level checks
-    meta = log.meta
-    if meta.temperature is not None and meta.temperature <= 0:
-        raise InputError(f"footer temperature={meta.temperature}; π is recomputed at the "
-                         "sampling temperature (> 0) µ was sampled at", file=cfg.log)
-    index = check_replayable(log, meta.vocab_size)
+    temperature = log.sampling_temperature()
+    index = check_replayable(log, log.meta.vocab_size)
     units = plan_units(log_steps(index), cfg.task_rows, cfg.micro_batch_size)
     check_checkpoints(cfg.checkpoint, sorted({u.step for u in units}))
-    return Plan(meta, index, units)
+    return Plan(log.meta, index, units, temperature)
 
 
 def _source(index: LogIndex, rows: np.ndarray) -> str:

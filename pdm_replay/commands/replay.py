@@ -53,7 +53,7 @@ from pdm_replay.replay.data import check_replayable, check_seed_rows
 from pdm_replay.replay.distributed import LOCAL, Dist, check_world, finish_seed
 from pdm_replay.replay.forward import PassConfig
 from pdm_replay.replay.gpu import auto_chunk_tokens
-from pdm_replay.replay.log_index import LogIndex, check_log, log_steps
+from pdm_replay.replay.log_index import LogIndex, log_steps
 from pdm_replay.replay.models import (ModelOptions, ModelSlot, ModelSource, StepModels,
                                       StepPaths, behavior_dtype, check_step_files)
 from pdm_replay.replay.outputs import tokens_part, updates_part
@@ -89,6 +89,7 @@ class ReplayRecipe:
     # step's models, the run directory and its manifest, the masks (the config's names,
     # built) and how updates are taken; run_seeds() adds the progress count.
     meta: RolloutMeta
+    temperature: float  # µ's sampling temperature, which π is recomputed at
     index: LogIndex
     plan: SeedPlan
     source: ModelSource
@@ -149,11 +150,10 @@ class ReplayRecipe:
         hashes, self.layout = dist.from_main(lambda: self._check_run_dir(steps))
         hash_s = time.perf_counter() - t0 - load_s
         self.slot = ModelSlot(self.source, first)
-        temperature = 1.0 if self.meta.temperature is None else self.meta.temperature
         # Measured after the snapshot; the smallest over ranks, so every rank chunks alike.
         chunk = cfg.chunk_tokens or dist.min_int(auto_chunk_tokens(
             cfg.device, first.policy.vocab_size, first.snapshot.params, cfg.optimizer))
-        self.pass_cfg = PassConfig(temperature=temperature, chunk_tokens=chunk,
+        self.pass_cfg = PassConfig(temperature=self.temperature, chunk_tokens=chunk,
                                    lockstep=dist.fsdp)
         self.doc = self._started(threads, hashes, first, {"load_s": load_s, "hash_s": hash_s})
         self.trainer_mask = (trainer_variant(cfg.trainer_mask, cfg.sweep).build(cfg.thresholds)
@@ -172,7 +172,7 @@ class ReplayRecipe:
         if not self.per_step:
             check_step_files(paths, [None], **files)  # the cheapest, clearest errors first
         log = RolloutLog.open(cfg.log)  # validate's file-level checks before any row is read
-        self.meta = check_log(log)
+        self.meta, self.temperature = log.meta, log.sampling_temperature()
         index = LogIndex.of(log)
         self.plan = SeedPlan(index.n_rows, cfg.batch_size, cfg.seed_by, cfg.allow_overlap,
                              log_steps(index))

@@ -177,6 +177,17 @@ class RolloutLog:
         """The most entries a top-K row may hold (:attr:`RolloutMeta.max_topk_entries`)."""
         return self.meta.max_topk_entries
 
+    def sampling_temperature(self) -> float:
+        """The temperature µ was sampled at, which π is recomputed at: the footer's, or 1
+        where it records none; one that is not > 0 raises
+        :class:`~pdm_replay.errors.InputError` naming the log."""
+        t = self.meta.temperature
+        if t is not None and not t > 0:
+            raise InputError(f"footer temperature={t}; π is recomputed at the sampling "
+                             "temperature (> 0) that µ was sampled at", file=self.source,
+                             fix="re-ingest the log with the temperature it was sampled at")
+        return 1.0 if t is None else t
+
     def iter_batches(self, columns: Sequence[str] | None = None,
                      batch_rows: int = DEFAULT_BATCH_ROWS, max_tokens: int | None = None
                      ) -> Iterator[tuple[Path | str, int, pa.RecordBatch]]:

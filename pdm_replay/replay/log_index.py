@@ -1,8 +1,9 @@
 """The log a replay reads, indexed: its files' row counts (global row indices run over every
-file, in sorted file order), each row's logged step, and the footer checks that come first.
+file, in sorted file order) and each row's logged step.
 
 Which rows a seed reads is :mod:`~pdm_replay.replay.seeds`' business, reading them
-:mod:`~pdm_replay.replay.data`'s.
+:mod:`~pdm_replay.replay.data`'s; the footer's sampling temperature is
+:meth:`~pdm_replay.io.log.RolloutLog.sampling_temperature`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import numpy as np
 
 from pdm_replay.io.log import RolloutLog
 from pdm_replay.io.reader import read_table
-from pdm_replay.schema import RolloutMeta
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,3 @@ def log_steps(index: LogIndex) -> np.ndarray:
     parts = [read_table(f, columns=["step"])["step"].to_numpy() for f in index.files]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
-
-def check_log(log: RolloutLog) -> RolloutMeta:
-    """The footer of ``log`` (opened: ``validate``'s file-level checks passed, no row read);
-    raises ``ValueError`` unless it gives the sampling temperature µ was sampled at (> 0)
-    or none (1)."""
-    meta = log.meta
-    if meta.temperature is not None and meta.temperature <= 0:
-        raise ValueError(f"{log.source}: footer temperature={meta.temperature}; replay needs the "
-                         "sampling temperature (> 0) that µ was sampled at")
-    return meta

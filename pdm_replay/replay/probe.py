@@ -70,7 +70,7 @@ def probe_step(checkpoint: Path | str, log: Path | str, *, samples: int, seed: i
     flat = sb.flat
     batches = micro_batches(sb.prompts, sb.responses, micro_batch)
     meta = opened.meta
-    cfg = PassConfig(temperature=meta.temperature or 1.0, chunk_tokens=chunk_tokens)
+    cfg = PassConfig(temperature=opened.sampling_temperature(), chunk_tokens=chunk_tokens)
     support, mu = log_support(flat)
     pre = pre_update(flat, support, mu, forward_stats(policy, batches, support, cfg),
                      policy.vocab_size, meta)

@@ -104,3 +104,31 @@ def test_a_missing_log_is_file_not_found(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no .parquet files"):
         RolloutLog.open(f"file://{tmp_path}/empty")
+
+
+def _with_temperature(log: Path, temperature: str | None, out: Path) -> Path:
+    """``log`` rewritten with its footer's temperature set (None: removed)."""
+    table = pq.read_table(log)
+    md = {k: v for k, v in table.schema.metadata.items() if k != b"temperature"}
+    if temperature is not None:
+        md[b"temperature"] = temperature.encode()
+    pq.write_table(table.replace_schema_metadata(md), out)
+    return out
+
+
+@pytest.mark.parametrize("recorded, expected", [("0.7", 0.7), (None, 1.0)])
+def test_the_sampling_temperature_is_the_footers_or_1(tmp_path: Path, recorded: str | None,
+                                                       expected: float) -> None:
+    log = write_synthetic_log(tmp_path / "a.parquet", n_samples=2)
+    log = _with_temperature(log, recorded, tmp_path / "t.parquet")
+    assert RolloutLog.open(log).sampling_temperature() == expected
+
+
+@pytest.mark.parametrize("recorded", ["0", "-1"])
+def test_a_sampling_temperature_not_above_0_names_the_log(tmp_path: Path,
+                                                          recorded: str) -> None:
+    log = write_synthetic_log(tmp_path / "a.parquet", n_samples=2)
+    log = _with_temperature(log, recorded, tmp_path / "t.parquet")
+    with pytest.raises(InputError, match=f"footer temperature={float(recorded)}") as err:
+        RolloutLog.open(log).sampling_temperature()
+    assert err.value.file == log and "re-ingest" in str(err.value)

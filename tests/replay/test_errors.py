@@ -128,6 +128,16 @@ def test_token_id_outside_vocabulary(tmp_path, model_dir, replay_log):
     assert rows[2]["sample_id"] in msg and "prompt_ids[0]" in msg
 
 
+def test_a_footer_temperature_of_0(tmp_path, model_dir, replay_log):
+    table = pq.read_table(replay_log)
+    log = tmp_path / "t0.parquet"
+    pq.write_table(table.replace_schema_metadata(
+        {**table.schema.metadata, b"temperature": b"0"}), log)
+    msg = expect_error("footer temperature=0.0; π is recomputed at the sampling",
+                       log, model_dir, tmp_path / "run")
+    assert str(log) in msg
+
+
 def test_existing_run_dir_without_resume(tmp_path, replay_log, model_dir):
     """A directory holding a run refuses a plain start before any input is loaded (an empty
     one, or one a killed start left holding only its lock file, is not a run)."""
