@@ -28,7 +28,7 @@ from pdm_replay.names import ENGINES
 from pdm_replay.io.atomic import AtomicParquetWriter
 from pdm_replay.io.background import BackgroundSink, ordered_map, prefetch
 from pdm_replay.io.memory import threaded_arrow_pool
-from pdm_replay.io.log import RolloutLog, check_logs_agree
+from pdm_replay.io.log import RolloutLog, check_logs_agree, is_uri
 from pdm_replay.io.reader import BATCH_TOKENS
 from pdm_replay.masks import (Mask, MaskPair, Thresholds, build_masks, mask_pairs,
                               resolve_names, token_region)
@@ -64,6 +64,11 @@ class MasksConfig:
     # in other processes, load them again before they build the masks
     mask_modules: tuple[Path, ...] | None = None
 
+    @property
+    def logs(self) -> list[Path | str]:
+        """The logs of the run: ``log``, or each of a tuple of them."""
+        return list(self.log) if isinstance(self.log, (list, tuple)) else [self.log]
+
 
 @dataclass
 class MasksSummary:
@@ -93,7 +98,7 @@ def check_engine_logs(logs: Sequence[str | Path], engine: str
     if engine not in ENGINES:
         raise FieldError("{engine} {got}: expected local or ray", got=engine)
     if engine == "ray":
-        return tuple(str(log) if "://" in str(log) else Path(log) for log in logs)
+        return tuple(str(log) if is_uri(log) else Path(log) for log in logs)
     if len(logs) != 1:
         raise FieldError("{engine} local reads one log (a file or a directory of files), "
                          "got {got}; put the files in one directory or use {engine} ray",
@@ -213,8 +218,7 @@ def open_logs(cfg: MasksConfig) -> list[RolloutLog]:
     """Each log of ``cfg.log`` opened (:meth:`RolloutLog.open`: ``validate``'s file-level
     checks) with its train columns checked; several logs must agree on their footers'
     conventions (:func:`~pdm_replay.io.log.check_logs_agree`). No row is read."""
-    logs = [RolloutLog.open(log) for log in
-            (cfg.log if isinstance(cfg.log, (list, tuple)) else [cfg.log])]
+    logs = [RolloutLog.open(log) for log in cfg.logs]
     for log in logs:
         check_train_columns(log)
     check_logs_agree(logs)

@@ -181,12 +181,7 @@ def process_block(block: pa.Table, ctx: BlockContext) -> pa.Table:
 
 def _ray_name(path: str) -> str:
     """The path as Ray's ``path`` column spells it (a URI without its scheme)."""
-    return path.split("://", 1)[1] if "://" in path else path
-
-
-def logs_of(cfg: MasksConfig) -> list[Path | str]:
-    """The logs of a run: ``cfg.log``, or each of a tuple of them."""
-    return list(cfg.log) if isinstance(cfg.log, (list, tuple)) else [cfg.log]
+    return path.split("://", 1)[1] if is_uri(path) else path
 
 
 def _ray_file(file: Path | str) -> str:
@@ -203,7 +198,7 @@ def plan_job(cfg: MasksConfig, stage: Path, logs: list[RolloutLog] | None = None
     logs = logs or open_logs(cfg)
     meta = logs[0].meta
     vocab = cfg.vocab_size or meta.vocab_size
-    source = ",".join(str(log) for log in logs_of(cfg))
+    source = ",".join(str(log) for log in cfg.logs)
     pairs = tuple(mask_pairs(names))
     rows = {_ray_file(part.path): part.rows for log in logs for part in log.parts}
     files = list(rows)
@@ -303,7 +298,7 @@ def _commit(plan: RayPlan, stage: Path, cfg: MasksConfig) -> pa.Table:
     parts = dict(sorted((p, n) for m in markers for p, n in m["parts"]))
     commit_staging(stage, cfg.out, {
         "pdm_replay.schema": "tokens/v1", "kind": "masks", "engine": "ray",
-        "logs": [str(log) for log in logs_of(cfg)], "inputs": plan.files,
+        "logs": [str(log) for log in cfg.logs], "inputs": plan.files,
         "rows": sum(m["rows"] for m in markers), "tokens": sum(parts.values()),
         "parts": parts, "summary": SUMMARY_FILE,
         "masks": list(plan.ctx.names), "vocab_size": plan.ctx.vocab})
