@@ -1,5 +1,7 @@
-"""Load a user's Python file as a module: the one loader of ``--mask-module`` and
-``--format-module``.
+"""Code a registry loads: a user's Python file as a module (the one loader of
+``--mask-module`` and ``--format-module``), and a ``"module:function"`` reference that a
+registry entry names to import on first use (:func:`resolve`: report sections, ingest
+formats).
 
 A user module registers things when it runs (masks with ``pdm_replay.masks.register``,
 ingest formats with ``pdm_replay.ingest.register_format``). It is imported once per
@@ -20,14 +22,18 @@ Examples
 ... except FieldError as exc:
 ...     print(str(exc).replace(str(d), "D"))
 modules D/bad.py: cannot be imported (ModuleNotFoundError: No module named 'no_such_package_here'); fix the file, or run `python D/bad.py` to see where it fails
+>>> resolve("pdm_replay.names:sql_names")()["own"]
+'own'
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 from pdm_replay.errors import FieldError
 
@@ -59,3 +65,12 @@ def load_user_module(path: str | Path, prefix: str, field: str, registers: str) 
         del sys.modules[key]
         raise
     return module
+
+
+def resolve(ref: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A function, or the one a ``"package.module:function"`` reference names (imported
+    now: a registry entry so named loads none of its code until it is used)."""
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(import_module(module), name)

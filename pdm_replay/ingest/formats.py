@@ -28,11 +28,10 @@ pdm_replay.ingest.parsing.IngestError: unknown format 'parquet'; known: openai, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
-from pdm_replay.user_modules import load_user_module
+from pdm_replay.user_modules import load_user_module, resolve
 
 if TYPE_CHECKING:  # the parsers load pyarrow and NumPy: imported when a file is parsed
     from types import ModuleType
@@ -76,11 +75,7 @@ class IngestFormat:
 
     def parse(self, path: Path, ctx: ParseContext) -> Iterator[Rows | Reject]:
         """The rows and rejects of one input file."""
-        parser = self.parser
-        if isinstance(parser, str):
-            module, _, function = parser.partition(":")
-            parser = getattr(import_module(module), function)
-        return parser(path, ctx)
+        return resolve(self.parser)(path, ctx)
 
 
 FORMATS: dict[str, IngestFormat] = {}

@@ -17,7 +17,7 @@ entry in :mod:`.section_catalog` (or a register call of its own, as the tests do
 This module is plain metadata (no polars, DuckDB or matplotlib at import): ``pdm-replay
 dashboard --help`` lists the section pages. A spec's functions may be given as
 ``"module:function"`` references, imported only when called, so that registering a
-section loads none of its code.
+section loads none of its code (:func:`pdm_replay.user_modules.resolve`).
 
 Examples
 --------
@@ -26,16 +26,15 @@ Examples
 ('demo', True)
 >>> ordered(("headline", "mask_summary", "log_health"), [spec])
 ['headline', 'mask_summary', 'demo', 'log_health']
->>> resolve("pdm_replay.names:sql_names")()["own"]
-'own'
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
+
+from pdm_replay.user_modules import resolve
 
 if TYPE_CHECKING:
     import polars as pl
@@ -131,14 +130,6 @@ def register_section(spec: ReportSection) -> ReportSection:
         raise ValueError(f"report section {spec.name!r} is already registered")
     SECTIONS[spec.name] = spec
     return spec
-
-
-def resolve(ref: Callable[..., Any] | str) -> Callable[..., Any]:
-    """A function, or the one a ``"package.module:function"`` reference names."""
-    if callable(ref):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(import_module(module), name)
 
 
 def ordered(core: Iterable[str], specs: Iterable[ReportSection]) -> list[str]:
